@@ -1,0 +1,63 @@
+/**
+ * What a command may touch of its process: output streams, whether they are terminals, and a signal
+ * that aborts on Ctrl-C. Commands get a CliIo instead of `process` so tests can run them in memory.
+ */
+
+import { isWeightcastError } from '../errors.js';
+
+export interface CliIo {
+  stdout(text: string): void;
+  stderr(text: string): void;
+  stdoutIsTTY: boolean;
+  stderrIsTTY: boolean;
+  signal: AbortSignal;
+}
+
+export function processIo(signal: AbortSignal): CliIo {
+  return {
+    stdout: (text) => void process.stdout.write(text),
+    stderr: (text) => void process.stderr.write(text),
+    stdoutIsTTY: process.stdout.isTTY === true,
+    stderrIsTTY: process.stderr.isTTY === true,
+    signal,
+  };
+}
+
+/** An in-memory CliIo for tests: everything written is kept in `out` and `err`. */
+export function memoryIo(signal: AbortSignal = new AbortController().signal): CliIo & {
+  out: string[];
+  err: string[];
+} {
+  const out: string[] = [];
+  const err: string[] = [];
+  return {
+    out,
+    err,
+    stdout: (text) => void out.push(text),
+    stderr: (text) => void err.push(text),
+    stdoutIsTTY: false,
+    stderrIsTTY: false,
+    signal,
+  };
+}
+
+/** Exit codes: 0 verified success, 1 failure of the job, 2 bad usage or bad input. */
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+/**
+ * Prints an error the way every command does: one line `weightcast: CODE: message` on stderr, or a JSON
+ * object on stdout with `--json`. Returns the exit code to use.
+ */
+export function reportError(io: CliIo, error: unknown, json: boolean): number {
+  if (isWeightcastError(error)) {
+    if (json) io.stdout(JSON.stringify({ event: 'error', error: error.toJSON() }) + '\n');
+    else io.stderr(`weightcast: ${error.code}: ${error.message}\n`);
+    return error.code === 'USAGE' ? EXIT_USAGE : EXIT_FAILURE;
+  }
+  const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  if (json) io.stdout(JSON.stringify({ event: 'error', error: { code: 'INTERNAL', message } }) + '\n');
+  else io.stderr(`weightcast: internal error: ${message}\n`);
+  return EXIT_FAILURE;
+}

@@ -1,0 +1,54 @@
+/**
+ * The `weightcast` command line: one commander program, one module per subcommand under
+ * src/cli/commands. `main` returns the exit code; only bin/weightcast.js exits the process.
+ */
+
+import { Command, CommanderError } from 'commander';
+import { EXIT_USAGE, processIo, type CliIo } from './io.js';
+import { COMMANDS } from './commands/index.js';
+
+export type { CliIo } from './io.js';
+
+export function buildProgram(io: CliIo, setExitCode: (code: number) => void): Command {
+  const program = new Command('weightcast')
+    .description('Move large model weights to many hosts, fast, verified, with bounded memory.')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => io.stdout(s), writeErr: (s) => io.stderr(s) })
+    .showHelpAfterError('(run with --help for usage)');
+  for (const register of COMMANDS) register(program, io, setExitCode);
+  return program;
+}
+
+export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
+  let exitCode = 0;
+  const program = buildProgram(io, (code) => {
+    exitCode = code;
+  });
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Help and version are successful exits; everything else commander raises is a usage error.
+      return error.exitCode === 0 ? 0 : EXIT_USAGE;
+    }
+    throw error;
+  }
+  if (argv.length === 0) {
+    program.outputHelp();
+    return EXIT_USAGE;
+  }
+  return exitCode;
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  const controller = new AbortController();
+  const onSignal = (): void => controller.abort(new Error('interrupted'));
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    return await runCli(argv, processIo(controller.signal));
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * The one error type of weightcast. Every failure a user can meet carries a stable `code`
+ * (documented in ARCHITECTURE.md); callers match on codes, never on message text. Wrapped causes go
+ * in `cause`. A broken invariant in our own code is not a WeightcastError: it is an assertion.
+ */
+
+export type ErrorCode =
+  // safetensors format (src/format)
+  | 'SAFETENSORS_HEADER_TOO_SMALL'
+  | 'SAFETENSORS_HEADER_TOO_LARGE'
+  | 'SAFETENSORS_INVALID_HEADER_LENGTH'
+  | 'SAFETENSORS_INVALID_UTF8'
+  | 'SAFETENSORS_INVALID_HEADER_START'
+  | 'SAFETENSORS_INVALID_JSON'
+  | 'SAFETENSORS_INVALID_TENSOR_INFO'
+  | 'SAFETENSORS_INVALID_METADATA'
+  | 'SAFETENSORS_UNKNOWN_DTYPE'
+  | 'SAFETENSORS_DUPLICATE_TENSOR'
+  | 'SAFETENSORS_INVALID_OFFSET'
+  | 'SAFETENSORS_OVERFLOW'
+  | 'SAFETENSORS_TENSOR_SIZE_MISMATCH'
+  | 'SAFETENSORS_MISALIGNED_SLICE'
+  | 'SAFETENSORS_INCOMPLETE_BUFFER'
+  | 'SAFETENSORS_TRUNCATED'
+  | 'SAFETENSORS_WRITE_MISMATCH'
+  | 'INDEX_INVALID'
+  // manifests (src/manifest)
+  | 'MANIFEST_INVALID'
+  | 'MANIFEST_UNSAFE_PATH'
+  | 'MANIFEST_SIZE_MISMATCH'
+  | 'MANIFEST_DIGEST_MISMATCH'
+  | 'MANIFEST_TOO_LARGE'
+  // origins (src/origin)
+  | 'ORIGIN_UNSUPPORTED'
+  | 'ORIGIN_NOT_FOUND'
+  | 'ORIGIN_HTTP_STATUS'
+  | 'ORIGIN_RETRIES_EXHAUSTED'
+  | 'ORIGIN_TIMEOUT'
+  | 'ORIGIN_SHORT_READ'
+  | 'ORIGIN_RANGE_UNSUPPORTED'
+  | 'ORIGIN_TOO_MANY_REDIRECTS'
+  | 'ORIGIN_NO_LISTING'
+  | 'ORIGIN_IO'
+  // integrity and transfer (src/pull, src/verify)
+  | 'PIECE_HASH_MISMATCH'
+  | 'PULL_FAILED'
+  | 'PULL_DESTINATION_CONFLICT'
+  | 'PULL_STATE_INVALID'
+  | 'VERIFY_FAILED'
+  // everything else
+  | 'SYNTH_INVALID_OPTIONS'
+  | 'USAGE'
+  | 'LIMIT_EXCEEDED'
+  | 'ABORTED'
+  | 'IO';
+
+export interface ErrorDetails {
+  /** The file (path or URL) the error is about, when there is one. */
+  file?: string;
+  /** The tensor the error is about, when there is one. */
+  tensor?: string;
+  [key: string]: unknown;
+}
+
+export class WeightcastError extends Error {
+  readonly code: ErrorCode;
+  readonly details: ErrorDetails;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'WeightcastError';
+    this.code = code;
+    this.details = details;
+  }
+
+  toJSON(): Record<string, unknown> {
+    return { name: this.name, code: this.code, message: this.message, ...this.details };
+  }
+}
+
+export function isWeightcastError(value: unknown, code?: ErrorCode): value is WeightcastError {
+  return value instanceof WeightcastError && (code === undefined || value.code === code);
+}
+
+/** Turns an abort into our typed error, keeping the reason as the cause. */
+export function abortError(signal: AbortSignal | undefined, what: string): WeightcastError {
+  return new WeightcastError('ABORTED', `${what} was aborted`, {}, { cause: signal?.reason });
+}
+
+export function throwIfAborted(signal: AbortSignal | undefined, what: string): void {
+  if (signal?.aborted === true) throw abortError(signal, what);
+}
+
+/** For broken invariants in our own code: these crash loudly and are never matched by users. */
+export function assert(condition: unknown, message: string): asserts condition {
+  if (!condition) throw new Error(`weightcast invariant broken: ${message}`);
+}

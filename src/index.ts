@@ -1,0 +1,1 @@
+export { WeightcastError, isWeightcastError, type ErrorCode } from './errors.js';
