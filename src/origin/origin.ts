@@ -1,0 +1,35 @@
+/**
+ * An origin is where a model's bytes live first: a local directory or an HTTP(S) server. Every
+ * implementation offers the same three reads, each taking an AbortSignal: list the files, stat one,
+ * and read an exact byte range. Reads return exactly the bytes asked for or throw a typed error
+ * (ORIGIN_SHORT_READ, ORIGIN_NOT_FOUND, ...); retries happen inside the implementation.
+ */
+
+export interface OriginEntry {
+  /** Relative POSIX path inside the model, e.g. `model-00001-of-00004.safetensors`. */
+  path: string;
+  size: number;
+}
+
+export interface OriginCallOptions {
+  signal?: AbortSignal;
+}
+
+export interface Origin {
+  /** Human-readable location, e.g. `file:///models/llama` or `https://hub/x/resolve/main`. */
+  readonly location: string;
+  /** All files of the model, sorted by path. */
+  list(options?: OriginCallOptions): Promise<OriginEntry[]>;
+  stat(path: string, options?: OriginCallOptions): Promise<OriginEntry>;
+  /** Fills `target` completely with the bytes at [offset, offset + target.length) of `path`. */
+  readInto(path: string, offset: number, target: Uint8Array, options?: OriginCallOptions): Promise<void>;
+  /** Releases connections and file handles. */
+  close(): Promise<void>;
+}
+
+/** Counters every origin keeps, for progress output and benchmarks. */
+export interface OriginStats {
+  requests: number;
+  retries: number;
+  bytesRead: number;
+}
