@@ -23,6 +23,11 @@ export interface Origin {
   stat(path: string, options?: OriginCallOptions): Promise<OriginEntry>;
   /** Fills `target` completely with the bytes at [offset, offset + target.length) of `path`. */
   readInto(path: string, offset: number, target: Uint8Array, options?: OriginCallOptions): Promise<void>;
+  /**
+   * For origins backed by local files: the filesystem path of `path`, so hashing and copying can read
+   * the file directly. Remote origins leave this undefined.
+   */
+  localPath?(path: string): string;
   /** Releases connections and file handles. */
   close(): Promise<void>;
 }

@@ -1,0 +1,95 @@
+/** `weightcast manifest SRC`: hash a model into its content-addressed manifest and print its name. */
+
+import type { Command } from 'commander';
+import { buildManifest } from '../../manifest/build.js';
+import {
+  encodeManifest,
+  manifestDigest,
+  totalBytes,
+  totalPieces,
+  writeManifest,
+} from '../../manifest/manifest.js';
+import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import { reportError, type CliIo } from '../io.js';
+import { createProgress } from '../progress.js';
+import type { RegisterCommand } from './index.js';
+import { openSource } from './shared.js';
+
+interface ManifestFlags {
+  pieceSize: string;
+  out?: string;
+  json?: boolean;
+  fileSha256?: boolean;
+  threads?: string;
+  token?: string;
+}
+
+export const registerManifest: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  program
+    .command('manifest')
+    .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
+    .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
+    .option('--piece-size <size>', 'piece size (e.g. 16MiB, 4MiB)', '16MiB')
+    .option('--out <file>', 'write the manifest here (default: stdout)')
+    .option(
+      '--file-sha256',
+      'also record each file’s whole SHA-256 (sha256sum-compatible; costs a second hash pass)',
+    )
+    .option('--threads <n>', 'hash threads (default: one per core)')
+    .option('--token <token>', 'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)')
+    .option('--json', 'print a JSON summary')
+    .action(async (src: string, flags: ManifestFlags) => setExitCode(await manifestCommand(src, flags, io)));
+};
+
+export async function manifestCommand(src: string, flags: ManifestFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'hashing', json);
+  try {
+    const pieceSize = parseByteSize(flags.pieceSize, '--piece-size');
+    const threads = flags.threads === undefined ? undefined : parsePositiveInt(flags.threads, '--threads');
+    const origin = openSource(src, flags, progress);
+    const started = performance.now();
+    try {
+      const manifest = await buildManifest(origin, {
+        pieceSize,
+        fileSha256: flags.fileSha256 === true,
+        signal: io.signal,
+        onProgress: (done, total) => progress.update(done, total),
+        ...(threads !== undefined ? { threads } : {}),
+      });
+      progress.finish();
+      const seconds = (performance.now() - started) / 1000;
+      const digest =
+        flags.out === undefined ? manifestDigest(manifest) : await writeManifest(flags.out, manifest);
+      const bytes = totalBytes(manifest);
+      const summary = {
+        digest,
+        files: manifest.files.length,
+        bytes,
+        pieces: totalPieces(manifest),
+        pieceSize,
+        seconds,
+      };
+      if (json) {
+        const document =
+          flags.out === undefined
+            ? { manifest: JSON.parse(encodeManifest(manifest).toString('utf8')) as unknown }
+            : { out: flags.out };
+        io.stdout(JSON.stringify({ event: 'manifest', ...summary, ...document }) + '\n');
+      } else {
+        if (flags.out === undefined) io.stdout(encodeManifest(manifest).toString('utf8') + '\n');
+        const report = flags.out === undefined ? io.stderr : io.stdout;
+        report(
+          `${digest}\n${manifest.files.length} files, ${formatBytes(bytes)}, ${summary.pieces} pieces of ${formatBytes(pieceSize)}; ` +
+            `hashed in ${formatSeconds(seconds)} (${formatRate(bytes, seconds)})${flags.out ? `; written to ${flags.out}` : ''}\n`,
+        );
+      }
+      return 0;
+    } finally {
+      await origin.close();
+    }
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
+  }
+}

@@ -1,0 +1,150 @@
+/** `weightcast pull SRC --to DIR`: a verified, resumable, memory-bounded download of a model. */
+
+import type { Command } from 'commander';
+import { loadManifest, type Manifest } from '../../manifest/manifest.js';
+import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
+import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import { reportError, type CliIo } from '../io.js';
+import { createProgress, type Progress } from '../progress.js';
+import type { RegisterCommand } from './index.js';
+import { openSource } from './shared.js';
+
+interface PullFlags {
+  to: string;
+  manifest?: string;
+  digest?: string;
+  concurrency: string;
+  memoryMb: string;
+  pieceSize?: string;
+  token?: string;
+  json?: boolean;
+}
+
+export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  program
+    .command('pull')
+    .description('Download a model with every piece verified; resumes where it stopped')
+    .argument('<src>', 'model directory, file:// or http(s):// URL')
+    .requiredOption('--to <dir>', 'destination directory')
+    .option('--manifest <file>', 'verify against this manifest (without it the origin is trusted)')
+    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
+    .option('--concurrency <n>', 'pieces fetched at once', String(CONCURRENCY_DEFAULT))
+    .option(
+      '--memory-mb <mb>',
+      'memory budget for pieces in flight',
+      String(MEMORY_BYTES_DEFAULT / 1024 / 1024),
+    )
+    .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
+    .option('--token <token>', 'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)')
+    .option('--json', 'JSON lines on stdout')
+    .action(async (src: string, flags: PullFlags) => setExitCode(await pullCommand(src, flags, io)));
+};
+
+export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'pulling', json);
+  try {
+    const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
+    const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * 1024 * 1024;
+    const pieceSize =
+      flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
+    let manifest: Manifest | undefined;
+    if (flags.manifest !== undefined) {
+      manifest = await loadManifest(flags.manifest, {
+        signal: io.signal,
+        ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+      });
+    }
+    const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
+    const origin = openSource(
+      src,
+      { ...flags, connections: concurrency, ...(files ? { files } : {}) },
+      progress,
+    );
+    const started = performance.now();
+    try {
+      const result = await pull(origin, flags.to, {
+        concurrency,
+        memoryBytes,
+        signal: io.signal,
+        onEvent: (event) => onPullEvent(event, progress, io, json),
+        ...(manifest !== undefined ? { manifest } : {}),
+        ...(pieceSize !== undefined ? { pieceSize } : {}),
+      });
+      progress.finish();
+      const seconds = (performance.now() - started) / 1000;
+      const summary = {
+        event: 'done',
+        verified: !result.trust,
+        trustedOrigin: result.trust,
+        digest: result.manifestDigest,
+        files: result.manifest.files.length,
+        bytes: result.bytesTotal,
+        bytesFetched: result.bytesFetched,
+        piecesFetched: result.piecesFetched,
+        piecesReused: result.piecesReused,
+        piecesRejected: result.piecesRejected,
+        seconds,
+        bytesPerSecond: seconds > 0 ? Math.round(result.bytesFetched / seconds) : null,
+        // maxRSS is in kilobytes: the peak resident memory of this process so far.
+        peakRssBytes: process.resourceUsage().maxRSS * 1024,
+        to: flags.to,
+      };
+      if (json) io.stdout(JSON.stringify(summary) + '\n');
+      else {
+        const check = result.trust
+          ? 'every piece hashed; checked against a manifest built from the origin itself (the origin is trusted)'
+          : 'every piece verified against the manifest';
+        io.stdout(
+          `pulled ${result.manifest.files.length} files, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
+            `(${formatRate(result.bytesFetched, seconds)} fetched; ${result.piecesReused} pieces reused, ${result.piecesRejected} rejected)\n` +
+            `${check}\nmodel ${result.manifestDigest}\n`,
+        );
+      }
+      return 0;
+    } finally {
+      await origin.close();
+    }
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
+  }
+}
+
+function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: boolean): void {
+  const line = (text: string, data: object): void => {
+    if (json) io.stdout(JSON.stringify({ event: event.type, ...data }) + '\n');
+    else progress.log(text);
+  };
+  switch (event.type) {
+    case 'plan':
+      if (event.trust) {
+        line(
+          'weightcast: no --manifest given: pieces are hashed but can only be checked against the origin itself (this trusts the origin)',
+          event,
+        );
+      }
+      if (event.piecesReused > 0)
+        line(
+          `weightcast: resuming: ${event.piecesReused} of ${event.piecesTotal} pieces already verified`,
+          event,
+        );
+      else if (json) line('', event);
+      break;
+    case 'state-discarded':
+      line(`weightcast: discarding an unrelated partial download: ${event.reason}`, event);
+      break;
+    case 'piece-rejected':
+      line(
+        `weightcast: rejected ${event.path} piece ${event.piece} (attempt ${event.attempt}): ${event.reason}`,
+        event,
+      );
+      break;
+    case 'progress':
+      progress.update(event.bytesDone, event.bytesTotal);
+      break;
+    case 'file-complete':
+      if (json) line('', event);
+      break;
+  }
+}

@@ -1,0 +1,65 @@
+/** `weightcast verify DIR --manifest FILE`: which files and pieces of a local copy are bad. */
+
+import type { Command } from 'commander';
+import { loadManifest } from '../../manifest/manifest.js';
+import { verifyDirectory } from '../../manifest/verify.js';
+import { formatBytes } from '../../util/units.js';
+import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
+import { createProgress } from '../progress.js';
+import type { RegisterCommand } from './index.js';
+
+interface VerifyFlags {
+  manifest: string;
+  digest?: string;
+  json?: boolean;
+}
+
+export const registerVerify: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  program
+    .command('verify')
+    .description('Check a local copy against a manifest; lists bad files and pieces')
+    .argument('<dir>', 'directory holding the model files')
+    .requiredOption('--manifest <file>', 'manifest to check against')
+    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
+    .option('--json', 'print a JSON report')
+    .action(async (dir: string, flags: VerifyFlags) => setExitCode(await verifyCommand(dir, flags, io)));
+};
+
+export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'verifying', json);
+  try {
+    const manifest = await loadManifest(flags.manifest, {
+      signal: io.signal,
+      ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+    });
+    const report = await verifyDirectory(dir, manifest, {
+      signal: io.signal,
+      onProgress: (done, total) => progress.update(done, total),
+    });
+    progress.finish();
+    if (json) {
+      io.stdout(JSON.stringify({ event: 'verify', ...report }) + '\n');
+    } else {
+      for (const file of report.files) {
+        const detail =
+          file.verdict === 'corrupt'
+            ? `${file.badPieces.length} bad pieces: ${file.badPieces.slice(0, 20).join(', ')}${file.badPieces.length > 20 ? ', …' : ''}`
+            : file.verdict === 'size-mismatch'
+              ? `size ${file.actualSize ?? '?'} bytes, expected ${file.expectedSize}`
+              : formatBytes(file.expectedSize);
+        io.stdout(`${file.verdict.padEnd(13)} ${file.path}  ${detail}\n`);
+      }
+      const bad = report.files.filter((f) => f.verdict !== 'ok').length;
+      io.stdout(
+        report.ok
+          ? `verified: all ${report.files.length} files match\n`
+          : `FAILED: ${bad} of ${report.files.length} files are bad\n`,
+      );
+    }
+    return report.ok ? 0 : EXIT_FAILURE;
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
+  }
+}

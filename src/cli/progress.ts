@@ -1,0 +1,63 @@
+/**
+ * Progress output for long commands: a redrawn bar on a terminal (stderr), JSON lines otherwise
+ * (stdout with --json, stderr without). Throttled so that a fast transfer does not flood the output.
+ */
+
+import { formatBytes, formatRate } from '../util/units.js';
+import type { CliIo } from './io.js';
+
+const BAR_WIDTH = 30;
+const REDRAW_MS = 100;
+const JSON_LINE_MS = 1000;
+
+export interface Progress {
+  update(done: number, total: number, note?: string): void;
+  /** Prints a line of its own without garbling the bar. */
+  log(line: string): void;
+  finish(): void;
+}
+
+export function createProgress(io: CliIo, label: string, json: boolean): Progress {
+  const started = performance.now();
+  let lastDraw = 0;
+  let drawn = false;
+  const jsonOut = (text: string): void => (json ? io.stdout(text) : io.stderr(text));
+  return {
+    update(done, total, note) {
+      const now = performance.now();
+      const finished = done >= total;
+      if (io.stderrIsTTY && !json) {
+        if (now - lastDraw < REDRAW_MS && !finished) return;
+        lastDraw = now;
+        const fraction = total > 0 ? Math.min(1, done / total) : 1;
+        const filled = Math.round(fraction * BAR_WIDTH);
+        const bar = '█'.repeat(filled) + '░'.repeat(BAR_WIDTH - filled);
+        const rate = formatRate(done, (now - started) / 1000);
+        const text = `${label} ${bar} ${(fraction * 100).toFixed(1).padStart(5)}% ${formatBytes(done)}/${formatBytes(total)} ${rate}${note ? ' ' + note : ''}`;
+        io.stderr(`\r\x1b[2K${text}`);
+        drawn = true;
+        return;
+      }
+      if (now - lastDraw < JSON_LINE_MS && !finished) return;
+      lastDraw = now;
+      jsonOut(
+        JSON.stringify({
+          event: 'progress',
+          task: label,
+          bytesDone: done,
+          bytesTotal: total,
+          seconds: +((now - started) / 1000).toFixed(3),
+        }) + '\n',
+      );
+    },
+    log(line) {
+      if (drawn) io.stderr('\r\x1b[2K');
+      io.stderr(line + '\n');
+      lastDraw = 0;
+    },
+    finish() {
+      if (drawn) io.stderr('\n');
+      drawn = false;
+    },
+  };
+}

@@ -1,0 +1,25 @@
+/** Messages between the hash pool and its worker threads. */
+
+export type HashRequest =
+  | {
+      id: number;
+      kind: 'pieces';
+      path: string;
+      /** Start of the first piece; the range is split into pieces of pieceSize (the last may be short). */
+      offset: number;
+      length: number;
+      pieceSize: number;
+      /** Also hash the range as one stream (only meaningful when it is the whole file). */
+      wholeFile: boolean;
+    }
+  | { id: number; kind: 'buffer'; buffer: ArrayBuffer; length: number };
+
+export interface HashResponse {
+  id: number;
+  ok: boolean;
+  digests?: string[];
+  fileSha256?: string;
+  /** A transferred buffer comes back to its owner, so pools of buffers stay bounded. */
+  buffer?: ArrayBuffer;
+  error?: string;
+}

@@ -1,0 +1,70 @@
+/**
+ * Worker thread body for the hash pool: reads byte ranges of local files with positioned reads into
+ * one reused buffer and hashes them, or hashes a buffer handed over by transfer and hands it back.
+ * Each worker holds at most CHUNK_BYTES of file data at a time, whatever the piece size.
+ */
+
+import { createHash, type Hash } from 'node:crypto';
+import { closeSync, openSync, readSync } from 'node:fs';
+import { parentPort } from 'node:worker_threads';
+import type { HashRequest, HashResponse } from './hash-protocol.js';
+
+const CHUNK_BYTES = 8 * 1024 * 1024;
+const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
+
+/** Reads [offset, offset + length) of fd, feeding every byte to each hash in `sinks`. */
+function feedRange(fd: number, offset: number, length: number, sinks: Hash[]): void {
+  let done = 0;
+  while (done < length) {
+    const want = Math.min(CHUNK_BYTES, length - done);
+    const got = readSync(fd, chunk, 0, want, offset + done);
+    if (got === 0) throw new Error(`file ended at byte ${offset + done}, expected ${offset + length}`);
+    const view = chunk.subarray(0, got);
+    for (const sink of sinks) sink.update(view);
+    done += got;
+  }
+}
+
+function hashPieces(request: Extract<HashRequest, { kind: 'pieces' }>): HashResponse {
+  const fd = openSync(request.path, 'r');
+  try {
+    const whole = request.wholeFile ? createHash('sha256') : undefined;
+    const digests: string[] = [];
+    let offset = request.offset;
+    const end = request.offset + request.length;
+    while (offset < end) {
+      const pieceLength = Math.min(request.pieceSize, end - offset);
+      const piece = createHash('sha256');
+      feedRange(fd, offset, pieceLength, whole === undefined ? [piece] : [piece, whole]);
+      digests.push(piece.digest('hex'));
+      offset += pieceLength;
+    }
+    const response: HashResponse = { id: request.id, ok: true, digests };
+    if (whole !== undefined) response.fileSha256 = whole.digest('hex');
+    return response;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function handle(request: HashRequest): { response: HashResponse; transfer: ArrayBuffer[] } {
+  if (request.kind === 'pieces') return { response: hashPieces(request), transfer: [] };
+  const view = new Uint8Array(request.buffer, 0, request.length);
+  const digest = createHash('sha256').update(view).digest('hex');
+  return {
+    response: { id: request.id, ok: true, digests: [digest], buffer: request.buffer },
+    transfer: [request.buffer],
+  };
+}
+
+parentPort?.on('message', (request: HashRequest) => {
+  try {
+    const { response, transfer } = handle(request);
+    parentPort?.postMessage(response, transfer);
+  } catch (error) {
+    const buffer = request.kind === 'buffer' ? request.buffer : undefined;
+    const response: HashResponse = { id: request.id, ok: false, error: (error as Error).message };
+    if (buffer !== undefined) response.buffer = buffer;
+    parentPort?.postMessage(response, buffer === undefined ? [] : [buffer]);
+  }
+});

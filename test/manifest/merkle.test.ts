@@ -1,0 +1,43 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { merkleProof, merkleRoot, verifyMerkleProof } from '../../src/manifest/merkle.js';
+
+const digest = (text: string): string => createHash('sha256').update(text).digest('hex');
+const pieces = (count: number): string[] => Array.from({ length: count }, (_, i) => digest(`piece ${i}`));
+
+test('every piece proves against its root, for tree sizes 1 to 33', () => {
+  for (let count = 1; count <= 33; count++) {
+    const leaves = pieces(count);
+    const root = merkleRoot(leaves);
+    for (let i = 0; i < count; i++) {
+      assert.ok(
+        verifyMerkleProof(leaves[i] as string, merkleProof(leaves, i), root),
+        `count ${count} piece ${i}`,
+      );
+    }
+  }
+});
+
+test('a wrong piece, a proof for another index, or another root does not verify', () => {
+  const leaves = pieces(13);
+  const root = merkleRoot(leaves);
+  const proof = merkleProof(leaves, 5);
+  assert.equal(verifyMerkleProof(digest('forged'), proof, root), false);
+  assert.equal(verifyMerkleProof(leaves[5] as string, merkleProof(leaves, 6), root), false);
+  assert.equal(verifyMerkleProof(leaves[5] as string, proof, merkleRoot(pieces(14))), false);
+});
+
+test('roots depend on order and on every leaf; an empty file has the empty-string digest', () => {
+  const leaves = pieces(4);
+  assert.notEqual(merkleRoot(leaves), merkleRoot([...leaves].reverse()));
+  assert.notEqual(merkleRoot(leaves), merkleRoot(leaves.slice(0, 3)));
+  assert.equal(merkleRoot([]), digest(''));
+});
+
+test('a leaf cannot pose as an inner node (domain separation)', () => {
+  const leaves = pieces(2);
+  const root = merkleRoot(leaves);
+  // With a single-leaf tree whose "piece digest" is the root, the result must differ.
+  assert.notEqual(merkleRoot([root]), root);
+});
