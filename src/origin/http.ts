@@ -1,0 +1,641 @@
+/**
+ * HttpOrigin reads a model from an HTTP(S) server where file `p` lives at `BASE/p`, which covers
+ * plain file servers and a hub's `https://host/org/model/resolve/main/` URLs.
+ *
+ * Data path: `readInto` sends one ranged GET through an undici Agent (keep-alive, `connections`
+ * sockets per host) and copies each body chunk straight into the caller's buffer, so memory stays
+ * at the caller's buffer plus undici's socket buffers. When a body breaks off, the next attempt asks
+ * only for the bytes still missing.
+ *
+ * Around every request: redirects are followed by hand (the bearer token never leaves the base's
+ * origin; a hub's per-file CDN target is cached and dropped when it expires), and failures are sorted
+ * into transient ones (5xx, 429, timeouts, resets, short bodies), retried with the backoff from
+ * retry.ts, and final ones (404, other 4xx, protocol violations), thrown at once. Every wait,
+ * request and body read listens to the caller's AbortSignal.
+ */
+
+import type { IncomingHttpHeaders } from 'node:http';
+import { setTimeout as sleepMs } from 'node:timers/promises';
+import { Agent, type Dispatcher } from 'undici';
+import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
+import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
+import { assertSafeRelativePath } from '../util/safe-path.js';
+import type { Origin, OriginCallOptions, OriginEntry, OriginStats } from './origin.js';
+import { DEFAULT_BACKOFF_POLICY, isRetryableStatus, retryDelayMs, type BackoffPolicy } from './retry.js';
+
+export interface RetryEvent {
+  path: string;
+  /** 1 for the first retry. */
+  attempt: number;
+  delayMs: number;
+  reason: string;
+  error: WeightcastError;
+}
+
+export interface HttpOriginOptions {
+  /** Sent as `Authorization: Bearer <token>`, only to the base URL's own origin. */
+  token?: string;
+  /** Sockets per host (the base and each redirect target). Default 8. */
+  connections?: number;
+  /** Retries after the first attempt of each call before ORIGIN_RETRIES_EXHAUSTED. Default 5. */
+  retries?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** The longest `Retry-After` honoured. Default 30 000. */
+  retryAfterMaxMs?: number;
+  connectTimeoutMs?: number;
+  /** Time allowed from sending a request to receiving all response headers. */
+  headersTimeoutMs?: number;
+  /** Longest silence allowed between two body chunks before the read is abandoned and retried. */
+  bodyIdleTimeoutMs?: number;
+  /** The model's files when known (from a manifest); then `list` makes no requests. */
+  files?: OriginEntry[];
+  onRetry?: (event: RetryEvent) => void;
+  /** Source of jitter, [0, 1). Default Math.random; tests pass a constant. */
+  random?: () => number;
+}
+
+/** Files next to the weights that loaders want; listed when the server has them. */
+export const COMPANION_FILES = [
+  'config.json',
+  'generation_config.json',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'tokenizer.model',
+  'vocab.json',
+  'merges.txt',
+] as const;
+
+export const SINGLE_FILE_NAME = 'model.safetensors';
+
+const CONNECTIONS_DEFAULT = 8;
+const RETRIES_DEFAULT = 5;
+const CONNECT_TIMEOUT_MS_DEFAULT = 10_000;
+const HEADERS_TIMEOUT_MS_DEFAULT = 30_000;
+const BODY_IDLE_TIMEOUT_MS_DEFAULT = 30_000;
+const KEEP_ALIVE_TIMEOUT_MS = 10_000;
+const REDIRECTS_MAX = 5;
+const REDIRECT_CACHE_ENTRIES_MAX = 4096;
+const INDEX_BYTES_MAX = 64 * 1024 * 1024;
+/** Error bodies smaller than this are read to the end so the socket can be reused. */
+const DISCARD_BYTES_MAX = 64 * 1024;
+const USER_AGENT = 'weightcast';
+
+const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+/** What an expired or revoked signed CDN URL answers; the original URL then issues a fresh one. */
+const STALE_TARGET_STATUSES = new Set([403, 404, 410]);
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+]);
+const TRANSIENT_NETWORK_CODES = new Set([
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ECONNABORTED',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+]);
+
+interface OriginResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Dispatcher.ResponseData['body'];
+  /** `X-Linked-Size` from any hop: a hub's true file size, sent on its redirect to the CDN. */
+  linkedSize: number | undefined;
+}
+
+interface Call {
+  path: string;
+  what: string;
+  signal: AbortSignal | undefined;
+}
+
+export class HttpOrigin implements Origin {
+  readonly location: string;
+  readonly stats: OriginStats = { requests: 0, retries: 0, bytesRead: 0 };
+  private readonly base: URL;
+  private readonly agent: Agent;
+  private readonly token: string | undefined;
+  private readonly connections: number;
+  private readonly retries: number;
+  private readonly policy: BackoffPolicy;
+  private readonly files: OriginEntry[] | undefined;
+  private readonly onRetry: ((event: RetryEvent) => void) | undefined;
+  private readonly random: () => number;
+  /** Path to the URL its last redirect chain ended at; insertion order is age order. */
+  private readonly redirectTargets = new Map<string, URL>();
+
+  constructor(baseUrl: string, options: HttpOriginOptions = {}) {
+    this.base = parseBaseUrl(baseUrl);
+    this.location = this.base.href;
+    this.token = options.token === '' ? undefined : options.token;
+    this.connections = positiveInteger(options.connections, CONNECTIONS_DEFAULT, 'connections');
+    this.retries = Math.max(0, Math.floor(options.retries ?? RETRIES_DEFAULT));
+    this.policy = {
+      baseMs: options.backoffBaseMs ?? DEFAULT_BACKOFF_POLICY.baseMs,
+      maxMs: options.backoffMaxMs ?? DEFAULT_BACKOFF_POLICY.maxMs,
+      retryAfterMaxMs: options.retryAfterMaxMs ?? DEFAULT_BACKOFF_POLICY.retryAfterMaxMs,
+    };
+    this.files = options.files?.map((entry) => checkedEntry(entry, this.location));
+    this.onRetry = options.onRetry;
+    this.random = options.random ?? Math.random;
+    this.agent = new Agent({
+      connections: this.connections,
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      headersTimeout: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
+      bodyTimeout: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
+      connect: { timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT },
+    });
+  }
+
+  async list(options: OriginCallOptions = {}): Promise<OriginEntry[]> {
+    throwIfAborted(options.signal, `listing ${this.location}`);
+    if (this.files !== undefined) return sortedByPath(this.files);
+    const weights = await this.listWeights(options);
+    const companions = await this.mapLimited(COMPANION_FILES, (path) => this.statIfPresent(path, options));
+    const byPath = new Map<string, OriginEntry>();
+    for (const entry of [...weights, ...companions]) if (entry !== undefined) byPath.set(entry.path, entry);
+    return sortedByPath([...byPath.values()]);
+  }
+
+  async stat(path: string, options: OriginCallOptions = {}): Promise<OriginEntry> {
+    assertSafeRelativePath(path, this.location);
+    const call = { path, what: `stat of ${path}`, signal: options.signal };
+    const size = await this.withRetries(call, () => this.statOnce(call));
+    return { path, size };
+  }
+
+  async readInto(
+    path: string,
+    offset: number,
+    target: Uint8Array,
+    options: OriginCallOptions = {},
+  ): Promise<void> {
+    assertSafeRelativePath(path, this.location);
+    checkReadRange(path, offset, target.length);
+    const call = { path, what: `read of ${path}`, signal: options.signal };
+    throwIfAborted(call.signal, call.what);
+    if (target.length === 0) return;
+    // Survives across attempts so a retry after a broken body only asks for the missing tail.
+    const progress = { filled: 0 };
+    await this.withRetries(call, () => this.readOnce(call, offset, target, progress));
+  }
+
+  async close(): Promise<void> {
+    this.redirectTargets.clear();
+    await this.agent.destroy();
+  }
+
+  /** The index with its shards, or the lone `model.safetensors`; one of them must exist. */
+  private async listWeights(options: OriginCallOptions): Promise<OriginEntry[]> {
+    const index = await this.statIfPresent(INDEX_FILE_NAME, options);
+    if (index !== undefined) {
+      const shards = indexShardFiles(parseIndexJson(await this.readText(index, options), INDEX_FILE_NAME));
+      return [index, ...(await this.mapLimited(shards, (path) => this.stat(path, options)))];
+    }
+    const single = await this.statIfPresent(SINGLE_FILE_NAME, options);
+    if (single !== undefined) return [single];
+    throw new WeightcastError(
+      'ORIGIN_NO_LISTING',
+      `${this.location} has neither ${INDEX_FILE_NAME} nor ${SINGLE_FILE_NAME}, and an HTTP server cannot be ` +
+        'listed; pass --manifest with the list of files',
+      { file: this.location },
+    );
+  }
+
+  private async statIfPresent(path: string, options: OriginCallOptions): Promise<OriginEntry | undefined> {
+    try {
+      return await this.stat(path, options);
+    } catch (error) {
+      if (error instanceof WeightcastError && error.code === 'ORIGIN_NOT_FOUND') return undefined;
+      throw error;
+    }
+  }
+
+  private async readText(entry: OriginEntry, options: OriginCallOptions): Promise<string> {
+    if (entry.size > INDEX_BYTES_MAX) {
+      throw new WeightcastError('LIMIT_EXCEEDED', `${entry.path} is larger than ${INDEX_BYTES_MAX} bytes`, {
+        file: entry.path,
+      });
+    }
+    const bytes = new Uint8Array(entry.size);
+    await this.readInto(entry.path, 0, bytes, options);
+    return new TextDecoder().decode(bytes);
+  }
+
+  /** Runs `task` over `items` with at most `connections` in flight; stops starting new ones on a failure. */
+  private async mapLimited<T, R>(items: readonly T[], task: (item: T) => Promise<R>): Promise<R[]> {
+    const results: R[] = [];
+    let next = 0;
+    let failed = false;
+    const worker = async (): Promise<void> => {
+      while (next < items.length && !failed) {
+        const index = next++;
+        try {
+          results[index] = await task(items[index] as T);
+        } catch (error) {
+          failed = true;
+          throw error;
+        }
+      }
+    };
+    const workers = Array.from({ length: Math.min(this.connections, items.length) }, worker);
+    await Promise.all(workers);
+    return results;
+  }
+
+  /** Runs `attempt` until it succeeds, fails for good, or the retry budget is spent. */
+  private async withRetries<T>(call: Call, attempt: () => Promise<T>): Promise<T> {
+    const attempts = this.retries + 1;
+    for (let attemptNumber = 1; attemptNumber <= attempts; attemptNumber++) {
+      throwIfAborted(call.signal, call.what);
+      try {
+        return await attempt();
+      } catch (error) {
+        const failure = this.asOriginError(error, call);
+        if (failure.details.retryable !== true) throw failure;
+        if (attemptNumber === attempts) {
+          throw new WeightcastError(
+            'ORIGIN_RETRIES_EXHAUSTED',
+            `${call.what} from ${this.location} failed ${attempts} times; last: ${failure.message}`,
+            { file: call.path, attempts },
+            { cause: failure },
+          );
+        }
+        await this.backOff(call, attemptNumber, failure);
+      }
+    }
+    assert(false, 'the retry loop returns or throws on its last attempt');
+  }
+
+  private async backOff(call: Call, attempt: number, error: WeightcastError): Promise<void> {
+    const retryAfter = typeof error.details.retryAfter === 'string' ? error.details.retryAfter : undefined;
+    const delayMs = retryDelayMs(
+      { attempt, retryAfter, random: this.random(), nowMs: Date.now() },
+      this.policy,
+    );
+    this.stats.retries += 1;
+    this.onRetry?.({ path: call.path, attempt, delayMs, reason: error.message, error });
+    if (delayMs <= 0) return;
+    try {
+      await sleepMs(delayMs, undefined, call.signal === undefined ? {} : { signal: call.signal });
+    } catch {
+      // The timer rejects only when the signal fires.
+      throw abortError(call.signal, call.what);
+    }
+  }
+
+  private async statOnce(call: Call): Promise<number> {
+    const response = await this.send(call, 'HEAD', {});
+    await discard(response.body);
+    const headRefused = response.status === 405 || response.status === 501;
+    if (!headRefused && !isSuccess(response.status)) throw statusError(call.path, response);
+    if (response.linkedSize !== undefined) return response.linkedSize;
+    const size = headRefused ? undefined : headerInteger(response.headers['content-length']);
+    return size ?? this.statByRange(call);
+  }
+
+  /** For servers that refuse HEAD or omit its length: the total in `Content-Range` of a 1-byte GET. */
+  private async statByRange(call: Call): Promise<number> {
+    const response = await this.send(call, 'GET', { range: 'bytes=0-0' });
+    const size = sizeFromRangeProbe(response);
+    if (response.status === 200) response.body.destroy();
+    else await discard(response.body);
+    if (size !== undefined) return size;
+    if (isSuccess(response.status)) {
+      throw new WeightcastError('ORIGIN_RANGE_UNSUPPORTED', `${call.path}: the server reports no file size`, {
+        file: call.path,
+      });
+    }
+    throw statusError(call.path, response);
+  }
+
+  private async readOnce(
+    call: Call,
+    offset: number,
+    target: Uint8Array,
+    progress: { filled: number },
+  ): Promise<void> {
+    const start = offset + progress.filled;
+    const end = offset + target.length - 1;
+    const response = await this.send(call, 'GET', { range: `bytes=${start}-${end}` });
+    const problem = rangeResponseProblem(call.path, response, start, end);
+    if (problem !== undefined) {
+      // A wrong success body may be the whole file: cut the connection rather than read it.
+      if (isSuccess(response.status)) response.body.destroy();
+      else await discard(response.body);
+      throw problem;
+    }
+    await this.receiveBody(call, response.body, target, progress);
+  }
+
+  private async receiveBody(
+    call: Call,
+    body: OriginResponse['body'],
+    target: Uint8Array,
+    progress: { filled: number },
+  ): Promise<void> {
+    try {
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        if (progress.filled + chunk.length > target.length) {
+          const message = `${call.path}: the server sent more bytes than asked`;
+          throw new WeightcastError('ORIGIN_RANGE_UNSUPPORTED', message, { file: call.path });
+        }
+        target.set(chunk, progress.filled);
+        progress.filled += chunk.length;
+        this.stats.bytesRead += chunk.length;
+      }
+    } catch (error) {
+      body.destroy();
+      throw this.asOriginError(error, call);
+    }
+    if (progress.filled < target.length) {
+      throw new WeightcastError(
+        'ORIGIN_SHORT_READ',
+        `${call.path}: the body ended after ${progress.filled} of ${target.length} bytes`,
+        { file: call.path, retryable: true },
+      );
+    }
+  }
+
+  /**
+   * Sends one logical request: from the cached redirect target when there is one (falling back to
+   * the original URL once if that target has expired), else from the original URL.
+   */
+  private async send(
+    call: Call,
+    method: 'GET' | 'HEAD',
+    headers: Record<string, string>,
+  ): Promise<OriginResponse> {
+    const cached = this.redirectTargets.get(call.path);
+    if (cached !== undefined) {
+      const response = await this.follow(call, cached, method, headers);
+      if (!STALE_TARGET_STATUSES.has(response.status)) return response;
+      await discard(response.body);
+      this.redirectTargets.delete(call.path);
+    }
+    return this.follow(call, this.fileUrl(call.path), method, headers);
+  }
+
+  private async follow(
+    call: Call,
+    start: URL,
+    method: 'GET' | 'HEAD',
+    headers: Record<string, string>,
+  ): Promise<OriginResponse> {
+    let url = start;
+    let linkedSize: number | undefined;
+    for (let redirects = 0; redirects <= REDIRECTS_MAX; redirects++) {
+      const response = await this.request(call, url, method, headers);
+      linkedSize ??= headerInteger(response.headers['x-linked-size']);
+      if (!REDIRECT_STATUSES.has(response.statusCode)) {
+        const moved = url.href !== this.fileUrl(call.path).href;
+        if (moved && response.statusCode < 400) this.rememberTarget(call.path, url);
+        return { status: response.statusCode, headers: response.headers, body: response.body, linkedSize };
+      }
+      await discard(response.body);
+      url = redirectTarget(call.path, url, response.headers.location);
+    }
+    throw new WeightcastError(
+      'ORIGIN_TOO_MANY_REDIRECTS',
+      `${call.path}: more than ${REDIRECTS_MAX} redirects (last to ${url.href})`,
+      { file: call.path },
+    );
+  }
+
+  private async request(
+    call: Call,
+    url: URL,
+    method: 'GET' | 'HEAD',
+    headers: Record<string, string>,
+  ): Promise<Dispatcher.ResponseData> {
+    this.stats.requests += 1;
+    const sent: Record<string, string> = { 'user-agent': USER_AGENT, ...headers };
+    // The token belongs to the base's origin; a CDN or any other host a redirect names never sees it.
+    if (this.token !== undefined && url.origin === this.base.origin)
+      sent.authorization = `Bearer ${this.token}`;
+    try {
+      return await this.agent.request({
+        origin: url.origin,
+        path: url.pathname + url.search,
+        method,
+        headers: sent,
+        signal: call.signal ?? null,
+      });
+    } catch (error) {
+      throw this.asOriginError(error, call);
+    }
+  }
+
+  private rememberTarget(path: string, url: URL): void {
+    this.redirectTargets.delete(path);
+    this.redirectTargets.set(path, url);
+    const oldest = this.redirectTargets.keys().next();
+    if (this.redirectTargets.size > REDIRECT_CACHE_ENTRIES_MAX && oldest.done !== true) {
+      this.redirectTargets.delete(oldest.value);
+    }
+  }
+
+  private fileUrl(path: string): URL {
+    return new URL(path.split('/').map(encodeURIComponent).join('/'), this.base);
+  }
+
+  /** Every failure leaves as a WeightcastError; `details.retryable` marks the transient ones. */
+  private asOriginError(error: unknown, call: Call): WeightcastError {
+    if (call.signal?.aborted === true) return abortError(call.signal, call.what);
+    if (error instanceof WeightcastError) return error;
+    const rawCode = (error as { code?: unknown } | undefined)?.code;
+    const code = typeof rawCode === 'string' ? rawCode : '';
+    const message = error instanceof Error ? error.message : String(error);
+    const details = { file: call.path, cause: code };
+    if (TIMEOUT_CODES.has(code)) {
+      return new WeightcastError(
+        'ORIGIN_TIMEOUT',
+        `${call.what}: ${message}`,
+        { ...details, retryable: true },
+        { cause: error },
+      );
+    }
+    const retryable = TRANSIENT_NETWORK_CODES.has(code) || code.startsWith('HPE_');
+    return new WeightcastError(
+      'ORIGIN_IO',
+      `${call.what}: ${message}`,
+      { ...details, retryable },
+      { cause: error },
+    );
+  }
+}
+
+function parseBaseUrl(baseUrl: string): URL {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch (error) {
+    throw new WeightcastError('ORIGIN_UNSUPPORTED', `not a URL: ${baseUrl}`, {}, { cause: error });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new WeightcastError('ORIGIN_UNSUPPORTED', `HttpOrigin needs an http(s) URL, got ${url.protocol}`);
+  }
+  url.username = '';
+  url.password = '';
+  url.hash = '';
+  if (!url.pathname.endsWith('/')) url.pathname += '/';
+  return url;
+}
+
+function redirectTarget(path: string, from: URL, location: string | string[] | undefined): URL {
+  const text = Array.isArray(location) ? location[0] : location;
+  let url: URL | undefined;
+  try {
+    url = text === undefined ? undefined : new URL(text, from);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+    throw new WeightcastError('ORIGIN_HTTP_STATUS', `${path}: redirect with a missing or unusable Location`, {
+      file: path,
+      location: text,
+    });
+  }
+  return url;
+}
+
+/** Why a response to `Range: bytes=start-end` cannot be used, or undefined when it can. */
+function rangeResponseProblem(
+  path: string,
+  response: OriginResponse,
+  start: number,
+  end: number,
+): WeightcastError | undefined {
+  const length = end - start + 1;
+  const contentLength = headerInteger(response.headers['content-length']);
+  if (response.status === 206) {
+    const range = parseContentRange(response.headers['content-range']);
+    if (range?.start === start && range.end === end && (contentLength ?? length) === length) return undefined;
+    return new WeightcastError(
+      'ORIGIN_RANGE_UNSUPPORTED',
+      `${path}: asked for bytes ${start}-${end}, got Content-Range ${String(response.headers['content-range'])}`,
+      { file: path },
+    );
+  }
+  if (response.status === 200) {
+    // A server that ignores Range sends the whole file; usable only when that is exactly what we asked.
+    if (start === 0 && contentLength === length) return undefined;
+    return new WeightcastError('ORIGIN_RANGE_UNSUPPORTED', `${path}: the server ignored the Range header`, {
+      file: path,
+    });
+  }
+  if (response.status === 416) {
+    const size = parseContentRange(response.headers['content-range'])?.size;
+    return new WeightcastError(
+      'ORIGIN_SHORT_READ',
+      `${path}: bytes ${start}-${end} lie beyond the end of the file (size ${size ?? 'unknown'})`,
+      { file: path, offset: start, length },
+    );
+  }
+  return statusError(path, response);
+}
+
+function sizeFromRangeProbe(response: OriginResponse): number | undefined {
+  if (response.status === 206 || response.status === 416) {
+    return response.linkedSize ?? parseContentRange(response.headers['content-range'])?.size;
+  }
+  if (response.status === 200)
+    return response.linkedSize ?? headerInteger(response.headers['content-length']);
+  return undefined;
+}
+
+function isSuccess(status: number): boolean {
+  return status >= 200 && status <= 299;
+}
+
+function statusError(path: string, response: OriginResponse): WeightcastError {
+  const status = response.status;
+  if (status === 404 || status === 410) {
+    return new WeightcastError('ORIGIN_NOT_FOUND', `${path}: not found (HTTP ${status})`, {
+      file: path,
+      status,
+    });
+  }
+  const retryAfter = headerText(response.headers['retry-after']);
+  const hint = status === 401 || status === 403 ? ' (check --token, WEIGHTCAST_TOKEN or HF_TOKEN)' : '';
+  return new WeightcastError('ORIGIN_HTTP_STATUS', `${path}: HTTP ${status}${hint}`, {
+    file: path,
+    status,
+    retryable: isRetryableStatus(status),
+    ...(retryAfter === undefined ? {} : { retryAfter }),
+  });
+}
+
+interface ContentRange {
+  start: number | undefined;
+  end: number | undefined;
+  size: number | undefined;
+}
+
+/** `bytes 0-99/1000`, `bytes 0-99/*` or `bytes *\/1000`. */
+export function parseContentRange(value: string | string[] | undefined): ContentRange | undefined {
+  const text = headerText(value);
+  const match = text === undefined ? null : /^bytes\s+(?:(\d+)-(\d+)|\*)\/(\d+|\*)$/i.exec(text.trim());
+  if (match === null) return undefined;
+  const toNumber = (part: string | undefined): number | undefined =>
+    part === undefined || part === '*' ? undefined : safeInteger(part);
+  return { start: toNumber(match[1]), end: toNumber(match[2]), size: toNumber(match[3]) };
+}
+
+function headerText(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function headerInteger(value: string | string[] | undefined): number | undefined {
+  const text = headerText(value)?.trim();
+  return text !== undefined && /^\d+$/.test(text) ? safeInteger(text) : undefined;
+}
+
+function safeInteger(text: string): number | undefined {
+  const value = Number(text);
+  return Number.isSafeInteger(value) ? value : undefined;
+}
+
+/** Reads a small leftover body to its end so the connection can be reused; a large one closes it. */
+async function discard(body: OriginResponse['body']): Promise<void> {
+  try {
+    await body.dump({ limit: DISCARD_BYTES_MAX });
+  } catch {
+    body.destroy();
+  }
+}
+
+function checkReadRange(path: string, offset: number, length: number): void {
+  if (!Number.isSafeInteger(offset) || offset < 0 || !Number.isSafeInteger(offset + length)) {
+    throw new WeightcastError('ORIGIN_IO', `${path}: invalid read offset ${offset}`, { file: path, offset });
+  }
+}
+
+function checkedEntry(entry: OriginEntry, location: string): OriginEntry {
+  assertSafeRelativePath(entry.path, location);
+  if (!Number.isSafeInteger(entry.size) || entry.size < 0) {
+    throw new WeightcastError('ORIGIN_IO', `${entry.path}: invalid size ${entry.size}`, { file: entry.path });
+  }
+  return { path: entry.path, size: entry.size };
+}
+
+function sortedByPath(entries: OriginEntry[]): OriginEntry[] {
+  return [...entries].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+function positiveInteger(value: number | undefined, fallback: number, name: string): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new WeightcastError('USAGE', `${name} must be a positive integer, got ${value}`);
+  }
+  return value;
+}
