@@ -1,6 +1,7 @@
 /**
- * The tensor element types of the safetensors format and their widths in bits. Sub-byte types
- * (F4, F6_*) are packed; a tensor of them must fill whole bytes.
+ * The tensor element types of the safetensors format and their widths in bits, in the order of the
+ * reference implementation's `Dtype` enum (huggingface/safetensors). Sub-byte types (F4, F6_*) are
+ * packed; a tensor of them must fill whole bytes.
  */
 
 export const DTYPE_BITS = {
@@ -13,6 +14,8 @@ export const DTYPE_BITS = {
   F8_E5M2: 8,
   F8_E4M3: 8,
   F8_E8M0: 8,
+  F8_E4M3FNUZ: 8,
+  F8_E5M2FNUZ: 8,
   I16: 16,
   U16: 16,
   F16: 16,
