@@ -90,7 +90,7 @@ export class HashPool {
   private submit(body: RequestBody, signal: AbortSignal | undefined): Promise<HashResponse> {
     if (this.closed) return Promise.reject(new WeightcastError('ABORTED', 'hash pool closed'));
     if (signal?.aborted === true) return Promise.reject(abortError(signal, 'hashing'));
-    const request = { ...body, id: this.nextId++ } as HashRequest;
+    const request: HashRequest = { ...body, id: this.nextId++ };
     return new Promise<HashResponse>((resolve, reject) => {
       const pending: Pending = { request, resolve, reject };
       // A queued job can be dropped on abort; a running one finishes (it is bounded) and is ignored.

@@ -128,11 +128,12 @@ async function preparePull(
 ): Promise<PullState> {
   const stateDir = join(dest, STATE_DIR_NAME);
   const partialDir = join(stateDir, 'partial');
-  await mkdir(partialDir, { recursive: true });
   const { manifest, trust } = await chooseManifest(origin, stateDir, options, signal);
   const pieceSize = manifest?.pieceSize ?? options.pieceSize ?? PIECE_SIZE_DEFAULT;
   checkPieceSize(pieceSize);
   const files = manifest ? filesFromManifest(manifest) : await filesFromOrigin(origin, pieceSize, signal);
+  // Created only once the source has answered, so a bad source leaves no directory behind.
+  await mkdir(partialDir, { recursive: true });
   const state: PullState = { dest, stateDir, partialDir, pieceSize, trust, manifest, files };
   const identity = pullIdentity(state);
   await reconcileState(state, identity, options, pool, signal);

@@ -95,7 +95,9 @@ test('sizes that do not add up are rejected', () => {
   );
   rejects(
     mutate((doc) => {
-      const tensors = (doc.files[SHARD] as Record<string, unknown>)['tensors'] as Array<Record<string, unknown>>;
+      const tensors = (doc.files[SHARD] as Record<string, unknown>)['tensors'] as Array<
+        Record<string, unknown>
+      >;
       (tensors[0] as Record<string, unknown>)['end'] = PIECE * 4;
     }),
     'MANIFEST_SIZE_MISMATCH',

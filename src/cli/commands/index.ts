@@ -2,7 +2,18 @@
 
 import type { Command } from 'commander';
 import type { CliIo } from '../io.js';
+import { registerInspect } from './inspect.js';
+import { registerManifest } from './manifest.js';
+import { registerPull } from './pull.js';
+import { registerVerify } from './verify.js';
+import { registerSynth } from './synth.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
 
-export const COMMANDS: RegisterCommand[] = [];
+export const COMMANDS: RegisterCommand[] = [
+  registerSynth,
+  registerInspect,
+  registerManifest,
+  registerVerify,
+  registerPull,
+];

@@ -77,8 +77,9 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
             : { out: flags.out };
         io.stdout(JSON.stringify({ event: 'manifest', ...summary, ...document }) + '\n');
       } else {
-        if (flags.out === undefined) io.stdout(encodeManifest(manifest).toString('utf8') + '\n');
-        const report = flags.out === undefined ? io.stderr : io.stdout;
+        // Exactly the canonical bytes, no newline: redirected to a file, its SHA-256 is the digest.
+        if (flags.out === undefined) io.stdout(encodeManifest(manifest).toString('utf8'));
+        const report = (text: string): void => (flags.out === undefined ? io.stderr(text) : io.stdout(text));
         report(
           `${digest}\n${manifest.files.length} files, ${formatBytes(bytes)}, ${summary.pieces} pieces of ${formatBytes(pieceSize)}; ` +
             `hashed in ${formatSeconds(seconds)} (${formatRate(bytes, seconds)})${flags.out ? `; written to ${flags.out}` : ''}\n`,

@@ -1,0 +1,151 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { runCli } from '../../src/cli/main.js';
+import { memoryIo } from '../../src/cli/io.js';
+import { startFileServer } from '../../src/origin/file-server.js';
+import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+
+function jsonLines(out: string[]): Array<Record<string, unknown>> {
+  return out
+    .join('')
+    .trim()
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+test('manifest -> pull --manifest -> verify, through the CLI, with JSON output', async () => {
+  const dir = await tempDir('cli');
+  const model = join(dir.path, 'model');
+  const dest = join(dir.path, 'dest');
+  const manifestPath = join(dir.path, 'manifest.json');
+  const server = await startFileServer({ root: model });
+  try {
+    await writeSmallModel(model);
+    const made = memoryIo();
+    assert.equal(
+      await runCli(['manifest', model, '--piece-size', '64KiB', '--out', manifestPath, '--json'], made),
+      0,
+    );
+    const summary = jsonLines(made.out).find((e) => e['event'] === 'manifest');
+    assert.ok(summary);
+    const digest = summary['digest'] as string;
+    // The manifest file is its canonical encoding, so its own SHA-256 is the model's name.
+    assert.equal(
+      digest,
+      'sha256:' +
+        createHash('sha256')
+          .update(await readFile(manifestPath))
+          .digest('hex'),
+    );
+
+    const pulled = memoryIo();
+    const code = await runCli(
+      ['pull', server.url, '--to', dest, '--manifest', manifestPath, '--digest', digest, '--json'],
+      pulled,
+    );
+    assert.equal(code, 0, pulled.err.join(''));
+    const done = jsonLines(pulled.out).find((e) => e['event'] === 'done');
+    assert.equal(done?.['verified'], true);
+    assert.equal(done?.['digest'], digest);
+    assert.ok(await sameFiles(model, dest, ['config.json', 'model-00001-of-00002.safetensors']));
+
+    const checked = memoryIo();
+    assert.equal(await runCli(['verify', dest, '--manifest', manifestPath], checked), 0);
+    assert.match(checked.out.join(''), /verified: all 5 files match/);
+
+    await writeFile(join(dest, 'config.json'), 'tampered');
+    const failed = memoryIo();
+    assert.equal(await runCli(['verify', dest, '--manifest', manifestPath], failed), 1);
+    assert.match(failed.out.join(''), /size-mismatch +config\.json/);
+  } finally {
+    await server.close();
+    await dir.cleanup();
+  }
+});
+
+test('bad input gets a typed error and a non-zero exit code', async () => {
+  const dir = await tempDir('cli-bad');
+  try {
+    const hostile = join(dir.path, 'hostile.json');
+    await writeFile(
+      hostile,
+      JSON.stringify({
+        format: 'weightcast-manifest',
+        version: 1,
+        pieceSize: 65536,
+        files: [
+          { path: '../../etc/passwd', size: 0, merkleRoot: createHash('sha256').digest('hex'), pieces: [] },
+        ],
+      }),
+    );
+    const io = memoryIo();
+    assert.equal(
+      await runCli(['pull', dir.path, '--to', join(dir.path, 'out'), '--manifest', hostile], io),
+      1,
+    );
+    assert.match(io.err.join(''), /MANIFEST_UNSAFE_PATH/);
+
+    const wrongDigest = memoryIo();
+    await writeSmallModel(join(dir.path, 'm'));
+    const manifestPath = join(dir.path, 'm.json');
+    assert.equal(
+      await runCli(
+        ['manifest', join(dir.path, 'm'), '--piece-size', '64KiB', '--out', manifestPath],
+        memoryIo(),
+      ),
+      0,
+    );
+    assert.equal(
+      await runCli(
+        [
+          'pull',
+          join(dir.path, 'm'),
+          '--to',
+          join(dir.path, 'o'),
+          '--manifest',
+          manifestPath,
+          '--digest',
+          'sha256:' + '0'.repeat(64),
+        ],
+        wrongDigest,
+      ),
+      1,
+    );
+    assert.match(wrongDigest.err.join(''), /MANIFEST_DIGEST_MISMATCH/);
+
+    const usage = memoryIo();
+    assert.equal(await runCli(['manifest', dir.path, '--piece-size', 'lots'], usage), 2);
+    assert.match(usage.err.join(''), /USAGE: --piece-size/);
+
+    const memory = memoryIo();
+    assert.equal(
+      await runCli(
+        [
+          'pull',
+          join(dir.path, 'm'),
+          '--to',
+          join(dir.path, 'o2'),
+          '--memory-mb',
+          '1',
+          '--piece-size',
+          '16MiB',
+        ],
+        memory,
+      ),
+      2,
+    );
+    assert.match(memory.err.join(''), /raise --memory-mb/);
+
+    const missing = memoryIo();
+    assert.notEqual(await runCli(['pull', join(dir.path, 'nope'), '--to', join(dir.path, 'o3')], missing), 0);
+    assert.match(missing.err.join(''), /ORIGIN_NOT_FOUND/);
+
+    assert.equal(await runCli(['frobnicate'], memoryIo()), 2);
+  } finally {
+    await dir.cleanup();
+  }
+});
