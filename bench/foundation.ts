@@ -155,7 +155,7 @@ async function main(): Promise<void> {
     const files = model.files.map((f) => join(modelDir, f.path));
     const bytes = model.totalBytes;
     console.log(`model: synthetic llama, ${model.files.length} files, ${formatBytes(bytes)}\n`);
-    await run('cat', files); // warm the page cache
+    await run('sh', ['-c', 'cat "$@" > /dev/null', 'sh', ...files]); // warm the page cache
 
     const single = singleThreadSha256Rate();
     const local = new LocalOrigin(modelDir);

@@ -101,15 +101,17 @@ async function hashLocalFile(
   options: BuildManifestOptions,
 ): Promise<{ digests: string[]; fileSha256?: string }> {
   const signalOption = options.signal ? { signal: options.signal } : {};
-  if (options.fileSha256 === true) {
-    // One task reads the file front to back once, feeding both the piece and the whole-file hash.
-    const result = await pool.hashFileRange(path, 0, entry.size, pieceSize, {
-      wholeFile: true,
-      ...signalOption,
-    });
-    progress(entry.size);
-    return result;
-  }
+  // The whole-file digest is inherently sequential: it runs as one job of its own, queued before the
+  // piece jobs, so the pool hashes pieces on the other threads meanwhile (the file is read twice, the
+  // second time from the page cache).
+  const whole =
+    options.fileSha256 === true
+      ? pool.hashFileRange(path, 0, entry.size, pieceSize, {
+          wholeFile: true,
+          pieces: false,
+          ...signalOption,
+        })
+      : undefined;
   const piecesPerTask = Math.max(1, Math.floor(TASK_BYTES_TARGET / pieceSize));
   const tasks: Promise<string[]>[] = [];
   for (let first = 0; first < pieceCount(entry.size, pieceSize); first += piecesPerTask) {
@@ -122,7 +124,10 @@ async function hashLocalFile(
       }),
     );
   }
-  return { digests: (await Promise.all(tasks)).flat() };
+  const digests = (await Promise.all(tasks)).flat();
+  if (whole === undefined) return { digests };
+  const { fileSha256 } = await whole;
+  return fileSha256 === undefined ? { digests } : { digests, fileSha256 };
 }
 
 /**

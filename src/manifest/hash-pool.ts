@@ -14,6 +14,7 @@ type RequestBody = HashRequest extends infer R ? (R extends HashRequest ? Omit<R
 
 interface Pending {
   request: HashRequest;
+  signal: AbortSignal | undefined;
   resolve: (response: HashResponse) => void;
   reject: (error: Error) => void;
 }
@@ -27,15 +28,16 @@ export class HashPool {
   private closed = false;
 
   constructor(threads: number = availableParallelism()) {
-    const workerUrl = new URL('./hash-worker.js', import.meta.url);
-    for (let i = 0; i < Math.max(1, threads); i++) {
-      const worker = new Worker(workerUrl);
-      worker.on('message', (response: HashResponse) => this.finish(worker, response));
-      worker.on('error', (error) => this.fail(worker, error));
-      worker.unref();
-      this.all.push(worker);
-      this.idle.push(worker);
-    }
+    for (let i = 0; i < Math.max(1, threads); i++) this.idle.push(this.spawn());
+  }
+
+  private spawn(): Worker {
+    const worker = new Worker(new URL('./hash-worker.js', import.meta.url));
+    worker.on('message', (response: HashResponse) => this.finish(worker, response));
+    worker.on('error', (error) => this.fail(worker, error));
+    worker.unref();
+    this.all.push(worker);
+    return worker;
   }
 
   get threads(): number {
@@ -48,10 +50,18 @@ export class HashPool {
     offset: number,
     length: number,
     pieceSize: number,
-    options: { wholeFile?: boolean; signal?: AbortSignal } = {},
+    options: { wholeFile?: boolean; pieces?: boolean; signal?: AbortSignal } = {},
   ): Promise<{ digests: string[]; fileSha256?: string }> {
     const response = await this.submit(
-      { kind: 'pieces', path, offset, length, pieceSize, wholeFile: options.wholeFile === true },
+      {
+        kind: 'pieces',
+        path,
+        offset,
+        length,
+        pieceSize,
+        wholeFile: options.wholeFile === true,
+        pieces: options.pieces !== false,
+      },
       options.signal,
     );
     if (!response.ok) {
@@ -91,24 +101,10 @@ export class HashPool {
     if (this.closed) return Promise.reject(new WeightcastError('ABORTED', 'hash pool closed'));
     if (signal?.aborted === true) return Promise.reject(abortError(signal, 'hashing'));
     const request: HashRequest = { ...body, id: this.nextId++ };
+    // No abort listener per job: a queued job is dropped when it reaches the front of the queue
+    // after an abort, and a running one finishes (jobs are bounded in size) and is ignored.
     return new Promise<HashResponse>((resolve, reject) => {
-      const pending: Pending = { request, resolve, reject };
-      // A queued job can be dropped on abort; a running one finishes (it is bounded) and is ignored.
-      const onAbort = (): void => {
-        const index = this.queue.indexOf(pending);
-        if (index >= 0) this.queue.splice(index, 1);
-        reject(abortError(signal, 'hashing'));
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      pending.resolve = (response) => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve(response);
-      };
-      pending.reject = (error) => {
-        signal?.removeEventListener('abort', onAbort);
-        reject(error);
-      };
-      this.queue.push(pending);
+      this.queue.push({ request, resolve, reject, signal });
       this.pump();
     });
   }
@@ -117,6 +113,11 @@ export class HashPool {
     while (this.idle.length > 0 && this.queue.length > 0) {
       const worker = this.idle.pop() as Worker;
       const pending = this.queue.shift() as Pending;
+      if (pending.signal?.aborted === true) {
+        this.idle.push(worker);
+        pending.reject(abortError(pending.signal, 'hashing'));
+        continue;
+      }
       this.running.set(worker, pending);
       worker.ref();
       const transfer = pending.request.kind === 'buffer' ? [pending.request.buffer] : [];
@@ -129,13 +130,22 @@ export class HashPool {
     this.running.delete(worker);
     worker.unref();
     this.idle.push(worker);
-    pending?.resolve(response);
+    if (pending?.signal?.aborted === true) pending.reject(abortError(pending.signal, 'hashing'));
+    else pending?.resolve(response);
     this.pump();
   }
 
+  /** A worker that crashed takes its job down with it; a fresh worker takes its place. */
   private fail(worker: Worker, error: Error): void {
     const pending = this.running.get(worker);
     this.running.delete(worker);
-    pending?.reject(error);
+    this.all.splice(this.all.indexOf(worker), 1);
+    pending?.reject(
+      new WeightcastError('IO', `a hash worker failed: ${error.message}`, {}, { cause: error }),
+    );
+    if (!this.closed) {
+      this.idle.push(this.spawn());
+      this.pump();
+    }
   }
 }

@@ -9,8 +9,10 @@ export type HashRequest =
       offset: number;
       length: number;
       pieceSize: number;
-      /** Also hash the range as one stream (only meaningful when it is the whole file). */
+      /** Hash the range as one stream too (only meaningful when it is the whole file). */
       wholeFile: boolean;
+      /** Compute the per-piece digests (false for a whole-file-only job). */
+      pieces: boolean;
     }
   | { id: number; kind: 'buffer'; buffer: ArrayBuffer; length: number };
 

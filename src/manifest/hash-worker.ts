@@ -9,7 +9,7 @@ import { closeSync, openSync, readSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import type { HashRequest, HashResponse } from './hash-protocol.js';
 
-const CHUNK_BYTES = 8 * 1024 * 1024;
+const CHUNK_BYTES = 1024 * 1024;
 const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
 
 /** Reads [offset, offset + length) of fd, feeding every byte to each hash in `sinks`. */
@@ -34,9 +34,10 @@ function hashPieces(request: Extract<HashRequest, { kind: 'pieces' }>): HashResp
     const end = request.offset + request.length;
     while (offset < end) {
       const pieceLength = Math.min(request.pieceSize, end - offset);
-      const piece = createHash('sha256');
-      feedRange(fd, offset, pieceLength, whole === undefined ? [piece] : [piece, whole]);
-      digests.push(piece.digest('hex'));
+      const piece = request.pieces ? createHash('sha256') : undefined;
+      const sinks = [piece, whole].filter((hash): hash is Hash => hash !== undefined);
+      feedRange(fd, offset, pieceLength, sinks);
+      if (piece !== undefined) digests.push(piece.digest('hex'));
       offset += pieceLength;
     }
     const response: HashResponse = { id: request.id, ok: true, digests };

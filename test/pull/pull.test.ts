@@ -204,3 +204,37 @@ test('a second pull into a complete directory fetches nothing', async () => {
     await cleanup();
   }
 });
+
+test('the memory budget bounds the pieces in flight', async () => {
+  const { root, dest, manifest, cleanup } = await fixture('pull-budget');
+  try {
+    const origin = new LocalOrigin(root);
+    let inFlight = 0;
+    let peak = 0;
+    const counting: typeof origin = Object.assign(Object.create(origin) as LocalOrigin, {
+      readInto: async (...args: Parameters<LocalOrigin['readInto']>) => {
+        inFlight++;
+        peak = Math.max(peak, inFlight);
+        try {
+          await origin.readInto(...args);
+        } finally {
+          inFlight--;
+        }
+      },
+    });
+    const events: PullEvent[] = [];
+    await pull(counting, dest, {
+      manifest,
+      concurrency: 8,
+      memoryBytes: 3 * PIECE,
+      onEvent: (e) => events.push(e),
+    });
+    await origin.close();
+    const plan = events.find((e) => e.type === 'plan');
+    assert.equal(plan?.type === 'plan' ? plan.lanes : undefined, 3);
+    assert.ok(peak <= 3, `at most 3 pieces in flight, saw ${peak}`);
+    assert.ok(await sameFiles(root, dest, MODEL_FILES));
+  } finally {
+    await cleanup();
+  }
+});
