@@ -43,10 +43,7 @@ export type ErrorCode =
   | 'ORIGIN_IO'
   // integrity and transfer (src/pull, src/verify)
   | 'PIECE_HASH_MISMATCH'
-  | 'PULL_FAILED'
   | 'PULL_DESTINATION_CONFLICT'
-  | 'PULL_STATE_INVALID'
-  | 'VERIFY_FAILED'
   // everything else
   | 'SYNTH_INVALID_OPTIONS'
   | 'USAGE'

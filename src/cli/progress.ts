@@ -21,18 +21,21 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
   const started = performance.now();
   let lastDraw = 0;
   let drawn = false;
+  // Work already done when the first update arrives (a resumed pull) does not count towards the rate.
+  let doneAtStart: number | undefined;
   const jsonOut = (text: string): void => (json ? io.stdout(text) : io.stderr(text));
   return {
     update(done, total, note) {
       const now = performance.now();
       const finished = done >= total;
+      doneAtStart ??= done;
       if (io.stderrIsTTY && !json) {
         if (now - lastDraw < REDRAW_MS && !finished) return;
         lastDraw = now;
         const fraction = total > 0 ? Math.min(1, done / total) : 1;
         const filled = Math.round(fraction * BAR_WIDTH);
         const bar = '█'.repeat(filled) + '░'.repeat(BAR_WIDTH - filled);
-        const rate = formatRate(done, (now - started) / 1000);
+        const rate = formatRate(done - doneAtStart, (now - started) / 1000);
         const text = `${label} ${bar} ${(fraction * 100).toFixed(1).padStart(5)}% ${formatBytes(done)}/${formatBytes(total)} ${rate}${note ? ' ' + note : ''}`;
         io.stderr(`\r\x1b[2K${text}`);
         drawn = true;

@@ -13,7 +13,7 @@ import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
-import { openSource } from './shared.js';
+import { openSource, withTokenOption } from './shared.js';
 
 interface ManifestFlags {
   pieceSize: string;
@@ -25,8 +25,7 @@ interface ManifestFlags {
 }
 
 export const registerManifest: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('manifest')
+  withTokenOption(program.command('manifest'))
     .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
     .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
     .option('--piece-size <size>', 'piece size (e.g. 16MiB, 4MiB)', '16MiB')
@@ -36,7 +35,6 @@ export const registerManifest: RegisterCommand = (program: Command, io: CliIo, s
       'also record each file’s whole SHA-256 (sha256sum-compatible; costs a second hash pass)',
     )
     .option('--threads <n>', 'hash threads (default: one per core)')
-    .option('--token <token>', 'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)')
     .option('--json', 'print a JSON summary')
     .action(async (src: string, flags: ManifestFlags) => setExitCode(await manifestCommand(src, flags, io)));
 };

@@ -1,13 +1,24 @@
 /** `weightcast pull SRC --to DIR`: a verified, resumable, memory-bounded download of a model. */
 
 import type { Command } from 'commander';
+import { isWeightcastError, type ErrorCode } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
 import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
-import { openSource } from './shared.js';
+import { openSource, withTokenOption } from './shared.js';
+
+/** Failures after which running the same pull again makes progress. */
+const RESUMABLE_CODES = new Set<ErrorCode>([
+  'ABORTED',
+  'ORIGIN_RETRIES_EXHAUSTED',
+  'ORIGIN_TIMEOUT',
+  'ORIGIN_SHORT_READ',
+  'PIECE_HASH_MISMATCH',
+  'IO',
+]);
 
 interface PullFlags {
   to: string;
@@ -21,8 +32,7 @@ interface PullFlags {
 }
 
 export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('pull')
+  withTokenOption(program.command('pull'))
     .description('Download a model with every piece verified; resumes where it stopped')
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--to <dir>', 'destination directory')
@@ -35,7 +45,6 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
       String(MEMORY_BYTES_DEFAULT / 1024 / 1024),
     )
     .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
-    .option('--token <token>', 'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)')
     .option('--json', 'JSON lines on stdout')
     .action(async (src: string, flags: PullFlags) => setExitCode(await pullCommand(src, flags, io)));
 };
@@ -107,7 +116,11 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
     }
   } catch (error) {
     progress.finish();
-    return reportError(io, error, json);
+    const code = reportError(io, error, json);
+    if (!json && isWeightcastError(error) && RESUMABLE_CODES.has(error.code)) {
+      io.stderr('weightcast: verified pieces are kept; run the same command again to resume\n');
+    }
+    return code;
   }
 }
 

@@ -1,6 +1,7 @@
 /** Option handling shared by the commands that read from an origin. */
 
 import { openOrigin } from '../../origin/open.js';
+import type { Command } from 'commander';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
 import type { Progress } from '../progress.js';
 
@@ -23,4 +24,12 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
         `weightcast: retrying ${info.path} in ${Math.round(info.delayMs)} ms (attempt ${info.attempt}): ${info.reason}`,
       ),
   });
+}
+
+/** The `--token` option every origin-reading command takes. */
+export function withTokenOption(command: Command): Command {
+  return command.option(
+    '--token <token>',
+    'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)',
+  );
 }
