@@ -75,6 +75,28 @@ export class HashPool {
   }
 
   /**
+   * Copies [offset, offset + length) from a local `source` file to the same range of `dest` (which
+   * must exist), on a worker: read once, hashed while in cache, written only when the digest equals
+   * `expected` (or always when `expected` is undefined). The main thread never touches the bytes.
+   */
+  async copyPiece(
+    source: string,
+    dest: string,
+    offset: number,
+    length: number,
+    expected: string | undefined,
+    signal?: AbortSignal,
+  ): Promise<{ digest: string; written: boolean }> {
+    const response = await this.submit({ kind: 'copy', source, dest, offset, length, expected }, signal);
+    if (!response.ok) {
+      throw new WeightcastError('IO', `copying ${source} failed: ${response.error ?? 'unknown error'}`, {
+        file: source,
+      });
+    }
+    return { digest: response.digests?.[0] ?? '', written: response.written === true };
+  }
+
+  /**
    * SHA-256 of the first `length` bytes of `buffer`. The buffer is transferred to a worker and back:
    * the caller must use the returned buffer, the one passed in is detached meanwhile.
    */

@@ -14,13 +14,26 @@ export type HashRequest =
       /** Compute the per-piece digests (false for a whole-file-only job). */
       pieces: boolean;
     }
-  | { id: number; kind: 'buffer'; buffer: ArrayBuffer; length: number };
+  | { id: number; kind: 'buffer'; buffer: ArrayBuffer; length: number }
+  | {
+      id: number;
+      kind: 'copy';
+      /** Read [offset, offset + length) of `source`, hash it, and write it at the same offset of `dest`. */
+      source: string;
+      dest: string;
+      offset: number;
+      length: number;
+      /** The digest the bytes must have to be written; undefined writes whatever was read. */
+      expected: string | undefined;
+    };
 
 export interface HashResponse {
   id: number;
   ok: boolean;
   digests?: string[];
   fileSha256?: string;
+  /** Copy jobs: whether the bytes matched and were written. */
+  written?: boolean;
   /** A transferred buffer comes back to its owner, so pools of buffers stay bounded. */
   buffer?: ArrayBuffer;
   error?: string;

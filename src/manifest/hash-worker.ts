@@ -1,11 +1,12 @@
 /**
  * Worker thread body for the hash pool: reads byte ranges of local files with positioned reads into
- * one reused buffer and hashes them, or hashes a buffer handed over by transfer and hands it back.
- * Each worker holds at most CHUNK_BYTES of file data at a time, whatever the piece size.
+ * one reused buffer and hashes them, hashes a buffer handed over by transfer and hands it back, or
+ * copies a piece between local files, writing it only when its digest matches. Hashing jobs hold
+ * at most CHUNK_BYTES of file data at a time; a copy job holds one piece.
  */
 
 import { createHash, type Hash } from 'node:crypto';
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import type { HashRequest, HashResponse } from './hash-protocol.js';
 
@@ -48,8 +49,43 @@ function hashPieces(request: Extract<HashRequest, { kind: 'pieces' }>): HashResp
   }
 }
 
+let pieceBuffer = Buffer.alloc(0);
+
+/** Reads a piece (hashing each chunk while it is still in cache), then writes it if it verifies. */
+function copyPiece(request: Extract<HashRequest, { kind: 'copy' }>): HashResponse {
+  if (pieceBuffer.length < request.length) pieceBuffer = Buffer.allocUnsafe(request.length);
+  const hash = createHash('sha256');
+  const source = openSync(request.source, 'r');
+  try {
+    let done = 0;
+    while (done < request.length) {
+      const want = Math.min(CHUNK_BYTES, request.length - done);
+      const got = readSync(source, pieceBuffer, done, want, request.offset + done);
+      if (got === 0) throw new Error(`${request.source} ended at byte ${request.offset + done}`);
+      hash.update(pieceBuffer.subarray(done, done + got));
+      done += got;
+    }
+  } finally {
+    closeSync(source);
+  }
+  const digest = hash.digest('hex');
+  const written = request.expected === undefined || request.expected === digest;
+  if (written) {
+    const dest = openSync(request.dest, 'r+');
+    try {
+      for (let done = 0; done < request.length;) {
+        done += writeSync(dest, pieceBuffer, done, request.length - done, request.offset + done);
+      }
+    } finally {
+      closeSync(dest);
+    }
+  }
+  return { id: request.id, ok: true, digests: [digest], written };
+}
+
 function handle(request: HashRequest): { response: HashResponse; transfer: ArrayBuffer[] } {
   if (request.kind === 'pieces') return { response: hashPieces(request), transfer: [] };
+  if (request.kind === 'copy') return { response: copyPiece(request), transfer: [] };
   const view = new Uint8Array(request.buffer, 0, request.length);
   const digest = createHash('sha256').update(view).digest('hex');
   return {

@@ -394,10 +394,10 @@ async function runPull(
       if (!file.done && file.remaining === 0) await finishFile(state, file, options);
     let next = 0;
     const lane = async (): Promise<void> => {
-      let buffer = new ArrayBuffer(state.pieceSize);
+      const laneState: Lane = { buffer: undefined };
       for (let job = jobs[next++]; job !== undefined; job = jobs[next++]) {
         if (signal.aborted) throw abortError(signal, 'the pull');
-        buffer = await fetchPiece(origin, state, job.file, job.piece, buffer, {
+        await fetchPiece(origin, state, job.file, job.piece, laneState, {
           options,
           pool,
           journal,
@@ -472,33 +472,44 @@ interface LaneContext {
   signal: AbortSignal;
 }
 
-/** Fetches, verifies, writes and journals one piece. Returns the lane's buffer for reuse. */
+/** A lane's piece buffer, allocated on first use (local copies never need one). */
+interface Lane {
+  buffer: ArrayBuffer | undefined;
+}
+
+/** Fetches, verifies, writes and journals one piece, fetching it again if its bytes are wrong. */
 async function fetchPiece(
   origin: Origin,
   state: PullState,
   file: FileWork,
   piece: number,
-  buffer: ArrayBuffer,
+  lane: Lane,
   context: LaneContext,
-): Promise<ArrayBuffer> {
+): Promise<void> {
   const { start, length } = pieceSpan(file, state.pieceSize, piece);
   const retries = context.options.pieceRetries ?? PIECE_RETRIES_DEFAULT;
   const expected = file.expected[piece];
   for (let attempt = 1; ; attempt++) {
-    await origin.readInto(file.path, start, new Uint8Array(buffer, 0, length), { signal: context.signal });
+    const { digest, written } = await transferPiece(
+      origin,
+      state,
+      file,
+      start,
+      length,
+      expected,
+      lane,
+      context,
+    );
     context.counters.bytesFetched += length;
-    const hashed = await context.pool.hashBuffer(buffer, length, context.signal);
-    buffer = hashed.buffer;
-    if (expected === undefined || hashed.digest === expected) {
-      await writePiece(state, file, start, new Uint8Array(buffer, 0, length));
-      await context.journal.append({ file: file.index, piece, digest: hashed.digest });
-      file.verified[piece] = hashed.digest;
+    if (written) {
+      await context.journal.append({ file: file.index, piece, digest });
+      file.verified[piece] = digest;
       file.remaining--;
       context.counters.piecesFetched++;
-      return buffer;
+      return;
     }
     context.counters.piecesRejected++;
-    const reason = `SHA-256 ${hashed.digest.slice(0, 16)}… does not match the manifest's ${expected.slice(0, 16)}…`;
+    const reason = `SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ${(expected ?? '').slice(0, 16)}…`;
     context.options.onEvent?.({ type: 'piece-rejected', path: file.path, piece, attempt, reason });
     if (attempt > retries) {
       throw new WeightcastError(
@@ -508,6 +519,36 @@ async function fetchPiece(
       );
     }
   }
+}
+
+/**
+ * Moves one piece into the partial file if, and only if, its digest is the expected one. Local
+ * origins are copied by a hash worker (read once, hashed in cache, written from the same buffer);
+ * remote ones are read into the lane's buffer, hashed on a worker and written from the main thread.
+ */
+async function transferPiece(
+  origin: Origin,
+  state: PullState,
+  file: FileWork,
+  start: number,
+  length: number,
+  expected: string | undefined,
+  lane: Lane,
+  context: LaneContext,
+): Promise<{ digest: string; written: boolean }> {
+  if (origin.localPath !== undefined) {
+    await partialHandle(state, file);
+    const source = origin.localPath(file.path);
+    const dest = join(state.partialDir, file.path);
+    return context.pool.copyPiece(source, dest, start, length, expected, context.signal);
+  }
+  lane.buffer ??= new ArrayBuffer(state.pieceSize);
+  await origin.readInto(file.path, start, new Uint8Array(lane.buffer, 0, length), { signal: context.signal });
+  const hashed = await context.pool.hashBuffer(lane.buffer, length, context.signal);
+  lane.buffer = hashed.buffer;
+  const written = expected === undefined || hashed.digest === expected;
+  if (written) await writePiece(state, file, start, new Uint8Array(lane.buffer, 0, length));
+  return { digest: hashed.digest, written };
 }
 
 async function writePiece(
