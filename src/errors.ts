@@ -92,3 +92,18 @@ export function throwIfAborted(signal: AbortSignal | undefined, what: string): v
 export function assert(condition: unknown, message: string): asserts condition {
   if (!condition) throw new Error(`weightcast invariant broken: ${message}`);
 }
+
+/**
+ * Wraps a Node.js system error (ENOSPC, EACCES, ENOTDIR, ...) as a typed IO error naming what was
+ * being done; anything else passes through unchanged.
+ */
+export function asIoError(error: unknown, what: string): unknown {
+  if (error instanceof WeightcastError) return error;
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string' || !code.startsWith('E')) return error;
+  const path = (error as { path?: unknown }).path;
+  const details: ErrorDetails = { errno: code };
+  if (typeof path === 'string') details.file = path;
+  const message = error instanceof Error ? error.message : String(error);
+  return new WeightcastError('IO', `${what}: ${message}`, details, { cause: error });
+}

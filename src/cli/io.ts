@@ -3,7 +3,7 @@
  * that aborts on Ctrl-C. Commands get a CliIo instead of `process` so tests can run them in memory.
  */
 
-import { isWeightcastError } from '../errors.js';
+import { asIoError, isWeightcastError } from '../errors.js';
 
 export interface CliIo {
   stdout(text: string): void;
@@ -50,7 +50,8 @@ export const EXIT_USAGE = 2;
  * Prints an error the way every command does: one line `weightcast: CODE: message` on stderr, or a JSON
  * object on stdout with `--json`. Returns the exit code to use.
  */
-export function reportError(io: CliIo, error: unknown, json: boolean): number {
+export function reportError(io: CliIo, thrown: unknown, json: boolean): number {
+  const error = asIoError(thrown, 'file system');
   if (isWeightcastError(error)) {
     if (json) io.stdout(JSON.stringify({ event: 'error', error: error.toJSON() }) + '\n');
     else io.stderr(`weightcast: ${error.code}: ${error.message}\n`);

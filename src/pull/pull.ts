@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { WeightcastError, abortError, isWeightcastError } from '../errors.js';
+import { WeightcastError, abortError, asIoError, isWeightcastError } from '../errors.js';
 import { readSafetensorsHeaderFromFile } from '../format/safetensors.js';
 import { buildManifest, checkPieceSize } from '../manifest/build.js';
 import { HashPool } from '../manifest/hash-pool.js';
@@ -114,6 +114,8 @@ export async function pull(origin: Origin, dest: string, options: PullOptions = 
   try {
     const state = await preparePull(origin, dest, options, pool, signal);
     return await runPull(origin, state, options, pool, controller, signal);
+  } catch (error) {
+    throw asIoError(error, `pulling into ${dest}`);
   } finally {
     await pool.close();
   }

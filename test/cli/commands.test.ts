@@ -144,6 +144,11 @@ test('bad input gets a typed error and a non-zero exit code', async () => {
     assert.notEqual(await runCli(['pull', join(dir.path, 'nope'), '--to', join(dir.path, 'o3')], missing), 0);
     assert.match(missing.err.join(''), /ORIGIN_NOT_FOUND/);
 
+    const onFile = memoryIo();
+    await writeFile(join(dir.path, 'a-file'), 'x');
+    assert.equal(await runCli(['pull', join(dir.path, 'm'), '--to', join(dir.path, 'a-file')], onFile), 1);
+    assert.match(onFile.err.join(''), /weightcast: IO: .*ENOTDIR/);
+
     assert.equal(await runCli(['frobnicate'], memoryIo()), 2);
   } finally {
     await dir.cleanup();

@@ -17,7 +17,6 @@ const RESUMABLE_CODES = new Set<ErrorCode>([
   'ORIGIN_TIMEOUT',
   'ORIGIN_SHORT_READ',
   'PIECE_HASH_MISMATCH',
-  'IO',
 ]);
 
 interface PullFlags {
@@ -118,7 +117,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
     progress.finish();
     const code = reportError(io, error, json);
     if (!json && isWeightcastError(error) && RESUMABLE_CODES.has(error.code)) {
-      io.stderr('weightcast: verified pieces are kept; run the same command again to resume\n');
+      io.stderr('weightcast: verified pieces are kept; run the same command again to continue\n');
     }
     return code;
   }
