@@ -55,6 +55,8 @@ export interface FileServerOptions {
 
 export interface FileServerStats {
   requests: number;
+  /** TCP connections accepted, so tests can see keep-alive at work. */
+  connections: number;
   /** Body bytes read from disk for sending. */
   bytesSent: number;
 }
@@ -90,11 +92,14 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
     token: options.token,
     faults: options.faults,
     faultCounts: new Map(),
-    stats: { requests: 0, bytesSent: 0 },
+    stats: { requests: 0, connections: 0, bytesSent: 0 },
     closing: closing.signal,
   };
   const server = createServer({ noDelay: true }, (request, response) => {
     handleRequest(context, request, response).catch(() => response.destroy());
+  });
+  server.on('connection', () => {
+    context.stats.connections += 1;
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

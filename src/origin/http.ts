@@ -2,10 +2,11 @@
  * HttpOrigin reads a model from an HTTP(S) server where file `p` lives at `BASE/p`, which covers
  * plain file servers and a hub's `https://host/org/model/resolve/main/` URLs.
  *
- * Data path: `readInto` sends one ranged GET through an undici Agent (keep-alive, `connections`
- * sockets per host) and copies each body chunk straight into the caller's buffer, so memory stays
- * at the caller's buffer plus undici's socket buffers. When a body breaks off, the next attempt asks
- * only for the bytes still missing.
+ * Data path: `readInto` sends one ranged GET. For `http:` URLs it goes through RangeClient
+ * (range-socket.ts), which has the kernel write the body straight into the caller's buffer; for
+ * `https:`, for HEAD and for the small text reads it goes through an undici Agent, whose body chunks
+ * are copied into the caller's buffer. Both keep `connections` sockets per host alive. When a body
+ * breaks off, the next attempt asks only for the bytes still missing.
  *
  * Around every request: redirects are followed by hand (the bearer token never leaves the base's
  * origin; a hub's per-file CDN target is cached and dropped when it expires), and failures are sorted
@@ -21,6 +22,7 @@ import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.j
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import type { Origin, OriginCallOptions, OriginEntry, OriginStats } from './origin.js';
+import { RangeClient } from './range-socket.js';
 import { DEFAULT_BACKOFF_POLICY, isRetryableStatus, retryDelayMs, type BackoffPolicy } from './retry.js';
 
 export interface RetryEvent {
@@ -53,6 +55,11 @@ export interface HttpOriginOptions {
   onRetry?: (event: RetryEvent) => void;
   /** Source of jitter, [0, 1). Default Math.random; tests pass a constant. */
   random?: () => number;
+  /**
+   * How `readInto` travels: 'auto' (the default) reads `http:` ranges in place with RangeClient,
+   * 'undici' sends every request through undici. `https:` always uses undici.
+   */
+  transport?: 'auto' | 'undici';
 }
 
 /** Files next to the weights that loaders want; listed when the server has them. */
@@ -75,6 +82,8 @@ const CONNECT_TIMEOUT_MS_DEFAULT = 10_000;
 const HEADERS_TIMEOUT_MS_DEFAULT = 30_000;
 const BODY_IDLE_TIMEOUT_MS_DEFAULT = 30_000;
 const KEEP_ALIVE_TIMEOUT_MS = 10_000;
+/** Below the 5 s keep-alive of Node's HTTP server, so the client, not the server, ends idle sockets. */
+const RANGE_IDLE_SOCKET_TIMEOUT_MS = 4_000;
 const REDIRECTS_MAX = 5;
 const REDIRECT_CACHE_ENTRIES_MAX = 4096;
 const INDEX_BYTES_MAX = 64 * 1024 * 1024;
@@ -104,12 +113,30 @@ const TRANSIENT_NETWORK_CODES = new Set([
   'EAI_AGAIN',
 ]);
 
-interface OriginResponse {
+type Body = Dispatcher.ResponseData['body'];
+
+interface ResponseHead {
   status: number;
   headers: IncomingHttpHeaders;
-  body: Dispatcher.ResponseData['body'];
+}
+
+interface HopResponse extends ResponseHead {
+  /** The unread body; undefined when RangeClient already filled the target or set the body aside. */
+  body: Body | undefined;
+  /** True when RangeClient wrote the whole range asked into the read's target. */
+  bodyFilled: boolean;
+}
+
+interface OriginResponse extends HopResponse {
   /** `X-Linked-Size` from any hop: a hub's true file size, sent on its redirect to the CDN. */
   linkedSize: number | undefined;
+}
+
+/** What RangeClient needs to write a ranged GET's body in place. */
+interface Fill {
+  target: Uint8Array;
+  accepts: (head: ResponseHead) => boolean;
+  onBodyBytes: (count: number) => void;
 }
 
 interface Call {
@@ -123,6 +150,8 @@ export class HttpOrigin implements Origin {
   readonly stats: OriginStats = { requests: 0, retries: 0, bytesRead: 0 };
   private readonly base: URL;
   private readonly agent: Agent;
+  /** Undefined when every request goes through undici. */
+  private readonly ranges: RangeClient | undefined;
   private readonly token: string | undefined;
   private readonly connections: number;
   private readonly retries: number;
@@ -154,6 +183,16 @@ export class HttpOrigin implements Origin {
       bodyTimeout: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
       connect: { timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT },
     });
+    this.ranges =
+      options.transport === 'undici'
+        ? undefined
+        : new RangeClient({
+            connections: this.connections,
+            connectTimeoutMs: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT,
+            headersTimeoutMs: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
+            bodyIdleTimeoutMs: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
+            idleSocketTimeoutMs: RANGE_IDLE_SOCKET_TIMEOUT_MS,
+          });
   }
 
   async list(options: OriginCallOptions = {}): Promise<OriginEntry[]> {
@@ -179,6 +218,22 @@ export class HttpOrigin implements Origin {
     target: Uint8Array,
     options: OriginCallOptions = {},
   ): Promise<void> {
+    await this.readRange(path, offset, target, options, true);
+  }
+
+  async close(): Promise<void> {
+    this.redirectTargets.clear();
+    await Promise.all([this.agent.destroy(), this.ranges?.close()]);
+  }
+
+  /** `inPlace` lets plain-http reads use RangeClient; the small text reads keep to undici. */
+  private async readRange(
+    path: string,
+    offset: number,
+    target: Uint8Array,
+    options: OriginCallOptions,
+    inPlace: boolean,
+  ): Promise<void> {
     assertSafeRelativePath(path, this.location);
     checkReadRange(path, offset, target.length);
     const call = { path, what: `read of ${path}`, signal: options.signal };
@@ -186,12 +241,7 @@ export class HttpOrigin implements Origin {
     if (target.length === 0) return;
     // Survives across attempts so a retry after a broken body only asks for the missing tail.
     const progress = { filled: 0 };
-    await this.withRetries(call, () => this.readOnce(call, offset, target, progress));
-  }
-
-  async close(): Promise<void> {
-    this.redirectTargets.clear();
-    await this.agent.destroy();
+    await this.withRetries(call, () => this.readOnce(call, offset, target, progress, inPlace));
   }
 
   /** The index with its shards, or the lone `model.safetensors`; one of them must exist. */
@@ -227,7 +277,7 @@ export class HttpOrigin implements Origin {
       });
     }
     const bytes = new Uint8Array(entry.size);
-    await this.readInto(entry.path, 0, bytes, options);
+    await this.readRange(entry.path, 0, bytes, options, false);
     return new TextDecoder().decode(bytes);
   }
 
@@ -294,7 +344,7 @@ export class HttpOrigin implements Origin {
   }
 
   private async statOnce(call: Call): Promise<number> {
-    const response = await this.send(call, 'HEAD', {});
+    const response = await this.send(call, 'HEAD', {}, undefined);
     await discard(response.body);
     const headRefused = response.status === 405 || response.status === 501;
     if (!headRefused && !isSuccess(response.status)) throw statusError(call.path, response);
@@ -305,9 +355,9 @@ export class HttpOrigin implements Origin {
 
   /** For servers that refuse HEAD or omit its length: the total in `Content-Range` of a 1-byte GET. */
   private async statByRange(call: Call): Promise<number> {
-    const response = await this.send(call, 'GET', { range: 'bytes=0-0' });
+    const response = await this.send(call, 'GET', { range: 'bytes=0-0' }, undefined);
     const size = sizeFromRangeProbe(response);
-    if (response.status === 200) response.body.destroy();
+    if (response.status === 200) response.body?.destroy();
     else await discard(response.body);
     if (size !== undefined) return size;
     if (isSuccess(response.status)) {
@@ -323,23 +373,46 @@ export class HttpOrigin implements Origin {
     offset: number,
     target: Uint8Array,
     progress: { filled: number },
+    inPlace: boolean,
   ): Promise<void> {
     const start = offset + progress.filled;
     const end = offset + target.length - 1;
-    const response = await this.send(call, 'GET', { range: `bytes=${start}-${end}` });
+    const fill =
+      inPlace && this.ranges !== undefined ? this.fillFor(call, target, progress, start, end) : undefined;
+    const response = await this.send(call, 'GET', { range: `bytes=${start}-${end}` }, fill);
+    if (response.bodyFilled) return;
     const problem = rangeResponseProblem(call.path, response, start, end);
     if (problem !== undefined) {
       // A wrong success body may be the whole file: cut the connection rather than read it.
-      if (isSuccess(response.status)) response.body.destroy();
+      if (isSuccess(response.status)) response.body?.destroy();
       else await discard(response.body);
       throw problem;
     }
+    assert(response.body !== undefined, 'an acceptable body is either filled or left unread');
     await this.receiveBody(call, response.body, target, progress);
+  }
+
+  /** The rest of `target` for RangeClient, which counts each byte it writes as progress. */
+  private fillFor(
+    call: Call,
+    target: Uint8Array,
+    progress: { filled: number },
+    start: number,
+    end: number,
+  ): Fill {
+    return {
+      target: target.subarray(progress.filled),
+      accepts: (head) => rangeResponseProblem(call.path, head, start, end) === undefined,
+      onBodyBytes: (count) => {
+        progress.filled += count;
+        this.stats.bytesRead += count;
+      },
+    };
   }
 
   private async receiveBody(
     call: Call,
-    body: OriginResponse['body'],
+    body: Body,
     target: Uint8Array,
     progress: { filled: number },
   ): Promise<void> {
@@ -374,15 +447,16 @@ export class HttpOrigin implements Origin {
     call: Call,
     method: 'GET' | 'HEAD',
     headers: Record<string, string>,
+    fill: Fill | undefined,
   ): Promise<OriginResponse> {
     const cached = this.redirectTargets.get(call.path);
     if (cached !== undefined) {
-      const response = await this.follow(call, cached, method, headers);
+      const response = await this.follow(call, cached, method, headers, fill);
       if (!STALE_TARGET_STATUSES.has(response.status)) return response;
       await discard(response.body);
       this.redirectTargets.delete(call.path);
     }
-    return this.follow(call, this.fileUrl(call.path), method, headers);
+    return this.follow(call, this.fileUrl(call.path), method, headers, fill);
   }
 
   private async follow(
@@ -390,16 +464,17 @@ export class HttpOrigin implements Origin {
     start: URL,
     method: 'GET' | 'HEAD',
     headers: Record<string, string>,
+    fill: Fill | undefined,
   ): Promise<OriginResponse> {
     let url = start;
     let linkedSize: number | undefined;
     for (let redirects = 0; redirects <= REDIRECTS_MAX; redirects++) {
-      const response = await this.request(call, url, method, headers);
+      const response = await this.request(call, url, method, headers, fill);
       linkedSize ??= headerInteger(response.headers['x-linked-size']);
-      if (!REDIRECT_STATUSES.has(response.statusCode)) {
+      if (!REDIRECT_STATUSES.has(response.status)) {
         const moved = url.href !== this.fileUrl(call.path).href;
-        if (moved && response.statusCode < 400) this.rememberTarget(call.path, url);
-        return { status: response.statusCode, headers: response.headers, body: response.body, linkedSize };
+        if (moved && response.status < 400) this.rememberTarget(call.path, url);
+        return { ...response, linkedSize };
       }
       await discard(response.body);
       url = redirectTarget(call.path, url, response.headers.location);
@@ -416,23 +491,53 @@ export class HttpOrigin implements Origin {
     url: URL,
     method: 'GET' | 'HEAD',
     headers: Record<string, string>,
-  ): Promise<Dispatcher.ResponseData> {
+    fill: Fill | undefined,
+  ): Promise<HopResponse> {
     this.stats.requests += 1;
     const sent: Record<string, string> = { 'user-agent': USER_AGENT, ...headers };
     // The token belongs to the base's origin; a CDN or any other host a redirect names never sees it.
     if (this.token !== undefined && url.origin === this.base.origin)
       sent.authorization = `Bearer ${this.token}`;
     try {
-      return await this.agent.request({
+      if (fill !== undefined && this.ranges !== undefined && url.protocol === 'http:') {
+        assert(method === 'GET', 'only ranged GETs are filled in place');
+        const response = await this.requestInPlace(this.ranges, call, url, sent, fill);
+        if (response !== undefined) return response;
+        this.stats.requests += 1;
+      }
+      const response = await this.agent.request({
         origin: url.origin,
         path: url.pathname + url.search,
         method,
         headers: sent,
         signal: call.signal ?? null,
       });
+      return {
+        status: response.statusCode,
+        headers: response.headers,
+        body: response.body,
+        bodyFilled: false,
+      };
     } catch (error) {
       throw this.asOriginError(error, call);
     }
+  }
+
+  /**
+   * One ranged GET through RangeClient. Undefined when the server framed an acceptable range in a
+   * way RangeClient does not read (chunked, or no length): then undici asks again.
+   */
+  private async requestInPlace(
+    ranges: RangeClient,
+    call: Call,
+    url: URL,
+    headers: Record<string, string>,
+    fill: Fill,
+  ): Promise<HopResponse | undefined> {
+    const request = { ...fill, url, headers, signal: call.signal, what: call.what, file: call.path };
+    const response = await ranges.get(request);
+    if (!response.bodyFilled && fill.accepts(response)) return undefined;
+    return { ...response, body: undefined };
   }
 
   private rememberTarget(path: string, url: URL): void {
@@ -511,7 +616,7 @@ function redirectTarget(path: string, from: URL, location: string | string[] | u
 /** Why a response to `Range: bytes=start-end` cannot be used, or undefined when it can. */
 function rangeResponseProblem(
   path: string,
-  response: OriginResponse,
+  response: ResponseHead,
   start: number,
   end: number,
 ): WeightcastError | undefined {
@@ -557,7 +662,7 @@ function isSuccess(status: number): boolean {
   return status >= 200 && status <= 299;
 }
 
-function statusError(path: string, response: OriginResponse): WeightcastError {
+function statusError(path: string, response: ResponseHead): WeightcastError {
   const status = response.status;
   if (status === 404 || status === 410) {
     return new WeightcastError('ORIGIN_NOT_FOUND', `${path}: not found (HTTP ${status})`, {
@@ -605,8 +710,12 @@ function safeInteger(text: string): number | undefined {
   return Number.isSafeInteger(value) ? value : undefined;
 }
 
-/** Reads a small leftover body to its end so the connection can be reused; a large one closes it. */
-async function discard(body: OriginResponse['body']): Promise<void> {
+/**
+ * Reads a small leftover body to its end so the connection can be reused; a large one closes it.
+ * RangeClient's responses have no body left to read.
+ */
+async function discard(body: Body | undefined): Promise<void> {
+  if (body === undefined) return;
   try {
     await body.dump({ limit: DISCARD_BYTES_MAX });
   } catch {

@@ -14,8 +14,22 @@ import { fileBytes, makeTempModel, rejection, serve, type TempModel } from './he
 const WEIGHTS = 'weights.safetensors';
 const SIZE = 3 * 1024 * 1024 + 17;
 
+type Transport = NonNullable<HttpOriginOptions['transport']>;
+
+/** Registers the test once per transport: reads in place ('auto', the default) and through undici. */
+function bothTransports(
+  name: string,
+  body: (transport: Transport) => Promise<void>,
+  options: { timeout?: number } = {},
+): void {
+  for (const transport of ['auto', 'undici'] as const) {
+    test(`${name} [${transport}]`, options, () => body(transport));
+  }
+}
+
 /** A model with one random file, a server with `faults`, and an origin with zero-jitter backoff. */
 async function setup(
+  transport: Transport,
   faults?: FaultHook,
   options: HttpOriginOptions = {},
   token?: string,
@@ -30,6 +44,7 @@ async function setup(
   const server = await serve(model.dir, faults, token);
   const retries: RetryEvent[] = [];
   const origin = new HttpOrigin(server.url, {
+    transport,
     random: () => 0,
     onRetry: (event) => retries.push(event),
     ...options,
@@ -52,8 +67,8 @@ function errorCode(error: unknown): string {
   return isWeightcastError(error) ? error.code : `not a WeightcastError: ${String(error)}`;
 }
 
-test('ranged reads are byte-exact', async () => {
-  const { model, origin, done } = await setup();
+bothTransports('ranged reads are byte-exact', async (transport) => {
+  const { model, origin, done } = await setup(transport);
   const expected = fileBytes(model, WEIGHTS);
   try {
     assert.deepEqual(await origin.stat(WEIGHTS), { path: WEIGHTS, size: SIZE });
@@ -80,8 +95,8 @@ test('ranged reads are byte-exact', async () => {
   }
 });
 
-test('reads past the end of the file fail as short reads without retries', async () => {
-  const { origin, retries, done } = await setup();
+bothTransports('reads past the end of the file fail as short reads without retries', async (transport) => {
+  const { origin, retries, done } = await setup(transport);
   try {
     const error = await rejection(origin.readInto(WEIGHTS, SIZE, new Uint8Array(10)));
     assert.equal(errorCode(error), 'ORIGIN_SHORT_READ');
@@ -91,8 +106,8 @@ test('reads past the end of the file fail as short reads without retries', async
   }
 });
 
-test('503 with Retry-After is retried after the delay the server asked for', async () => {
-  const { model, origin, retries, done } = await setup((request) =>
+bothTransports('503 with Retry-After is retried after the delay the server asked for', async (transport) => {
+  const { model, origin, retries, done } = await setup(transport, (request) =>
     request.method === 'GET' && request.count === 1
       ? { kind: 'status', status: 503, retryAfter: '1' }
       : undefined,
@@ -110,8 +125,9 @@ test('503 with Retry-After is retried after the delay the server asked for', asy
   }
 });
 
-test('Retry-After is capped by retryAfterMaxMs and 429 is retried', async () => {
+bothTransports('Retry-After is capped by retryAfterMaxMs and 429 is retried', async (transport) => {
   const { model, origin, retries, done } = await setup(
+    transport,
     (request) => (request.count <= 2 ? { kind: 'status', status: 429, retryAfter: '3600' } : undefined),
     { retryAfterMaxMs: 20 },
   );
@@ -132,9 +148,9 @@ test('Retry-After is capped by retryAfterMaxMs and 429 is retried', async () => 
   }
 });
 
-test('a connection reset mid-body is retried for the missing bytes only', async () => {
+bothTransports('a connection reset mid-body is retried for the missing bytes only', async (transport) => {
   const asked: FaultRequest[] = [];
-  const { model, origin, retries, done } = await setup((request) => {
+  const { model, origin, retries, done } = await setup(transport, (request) => {
     asked.push(request);
     return asked.length === 1 ? { kind: 'reset', afterBytes: 100_000 } : undefined;
   });
@@ -153,9 +169,10 @@ test('a connection reset mid-body is retried for the missing bytes only', async 
   }
 });
 
-test('a stalled body hits the idle timeout and the retry succeeds', async () => {
+bothTransports('a stalled body hits the idle timeout and the retry succeeds', async (transport) => {
   let stalls = 0;
   const { model, origin, retries, done } = await setup(
+    transport,
     () => (stalls++ === 0 ? { kind: 'stall', afterBytes: 65_536, ms: 60_000 } : undefined),
     { bodyIdleTimeoutMs: 200 },
   );
@@ -170,8 +187,10 @@ test('a stalled body hits the idle timeout and the retry succeeds', async () => 
   }
 });
 
-test('persistent 503s exhaust the retries and keep the last cause', async () => {
-  const { origin, retries, done } = await setup(() => ({ kind: 'status', status: 503 }), { retries: 2 });
+bothTransports('persistent 503s exhaust the retries and keep the last cause', async (transport) => {
+  const { origin, retries, done } = await setup(transport, () => ({ kind: 'status', status: 503 }), {
+    retries: 2,
+  });
   try {
     const error = await rejection(origin.readInto(WEIGHTS, 0, new Uint8Array(10)));
     assert.equal(errorCode(error), 'ORIGIN_RETRIES_EXHAUSTED');
@@ -185,28 +204,31 @@ test('persistent 503s exhaust the retries and keep the last cause', async () => 
   }
 });
 
-test('404 is ORIGIN_NOT_FOUND and other 4xx are ORIGIN_HTTP_STATUS, neither retried', async () => {
-  const { origin, retries, done } = await setup((request) =>
-    request.path === 'forbidden.bin' ? { kind: 'status', status: 403 } : undefined,
-  );
-  try {
-    assert.equal(
-      errorCode(await rejection(origin.readInto('missing.bin', 0, new Uint8Array(4)))),
-      'ORIGIN_NOT_FOUND',
+bothTransports(
+  '404 is ORIGIN_NOT_FOUND and other 4xx are ORIGIN_HTTP_STATUS, neither retried',
+  async (transport) => {
+    const { origin, retries, done } = await setup(transport, (request) =>
+      request.path === 'forbidden.bin' ? { kind: 'status', status: 403 } : undefined,
     );
-    assert.equal(errorCode(await rejection(origin.stat('missing.bin'))), 'ORIGIN_NOT_FOUND');
-    const forbidden = await rejection(origin.readInto('forbidden.bin', 0, new Uint8Array(4)));
-    assert.equal(errorCode(forbidden), 'ORIGIN_HTTP_STATUS');
-    assert.equal((forbidden as WeightcastError).details.status, 403);
-    assert.equal(retries.length, 0);
-    assert.equal(origin.stats.requests, 3);
-  } finally {
-    await done();
-  }
-});
+    try {
+      assert.equal(
+        errorCode(await rejection(origin.readInto('missing.bin', 0, new Uint8Array(4)))),
+        'ORIGIN_NOT_FOUND',
+      );
+      assert.equal(errorCode(await rejection(origin.stat('missing.bin'))), 'ORIGIN_NOT_FOUND');
+      const forbidden = await rejection(origin.readInto('forbidden.bin', 0, new Uint8Array(4)));
+      assert.equal(errorCode(forbidden), 'ORIGIN_HTTP_STATUS');
+      assert.equal((forbidden as WeightcastError).details.status, 403);
+      assert.equal(retries.length, 0);
+      assert.equal(origin.stats.requests, 3);
+    } finally {
+      await done();
+    }
+  },
+);
 
-test('unsafe paths are refused before any request', async () => {
-  const { origin, done } = await setup();
+bothTransports('unsafe paths are refused before any request', async (transport) => {
+  const { origin, done } = await setup(transport);
   try {
     for (const path of ['../etc/passwd', '/abs', 'a/../../b']) {
       assert.equal(errorCode(await rejection(origin.stat(path))), 'MANIFEST_UNSAFE_PATH');
@@ -217,75 +239,81 @@ test('unsafe paths are refused before any request', async () => {
   }
 });
 
-test('the token goes to the base origin only; redirects to another origin work without it', async () => {
-  const model = await makeTempModel({ [WEIGHTS]: SIZE });
-  const cdnSeen: FaultRequest[] = [];
-  let cdnRefusals = 0;
-  const cdn = await serve(model.dir, (request) => {
-    cdnSeen.push(request);
-    // The third request plays an expired signed URL: the origin must go back to the hub once.
-    return request.range !== undefined && ++cdnRefusals === 3 ? { kind: 'status', status: 403 } : undefined;
-  });
-  const hubSeen: FaultRequest[] = [];
-  const hub = await serve(
-    model.dir,
-    (request) => {
-      hubSeen.push(request);
-      const file = request.path.replace('org/model/resolve/main/', '');
-      return { kind: 'redirect', location: `${cdn.url}${file}?signed=1`, linkedSize: SIZE };
-    },
-    'hub-token',
-  );
-  const origin = new HttpOrigin(`${hub.url}org/model/resolve/main`, { token: 'hub-token' });
-  try {
-    assert.deepEqual(await origin.stat(WEIGHTS), { path: WEIGHTS, size: SIZE });
-    const expected = fileBytes(model, WEIGHTS);
-    for (const offset of [0, 1000, 2000]) {
-      const target = new Uint8Array(500);
-      await origin.readInto(WEIGHTS, offset, target);
-      assert.ok(Buffer.from(target).equals(expected.subarray(offset, offset + 500)));
-    }
-    assert.ok(hubSeen.every((request) => request.authorization === 'Bearer hub-token'));
-    assert.ok(hubSeen.every((request) => request.path === `org/model/resolve/main/${WEIGHTS}`));
-    assert.ok(cdnSeen.every((request) => request.authorization === undefined));
-    // stat and the re-resolution after the 403 went through the hub; the other reads used the cached target.
-    assert.equal(hubSeen.length, 2);
-    assert.deepEqual(
-      cdnSeen.map((request) => [request.method, request.range?.start]),
-      [
-        ['HEAD', undefined],
-        ['GET', 0],
-        ['GET', 1000],
-        ['GET', 2000],
-        ['GET', 2000],
-      ],
+bothTransports(
+  'the token goes to the base origin only; redirects to another origin work without it',
+  async (transport) => {
+    const model = await makeTempModel({ [WEIGHTS]: SIZE });
+    const cdnSeen: FaultRequest[] = [];
+    let cdnRefusals = 0;
+    const cdn = await serve(model.dir, (request) => {
+      cdnSeen.push(request);
+      // The third request plays an expired signed URL: the origin must go back to the hub once.
+      return request.range !== undefined && ++cdnRefusals === 3 ? { kind: 'status', status: 403 } : undefined;
+    });
+    const hubSeen: FaultRequest[] = [];
+    const hub = await serve(
+      model.dir,
+      (request) => {
+        hubSeen.push(request);
+        const file = request.path.replace('org/model/resolve/main/', '');
+        return { kind: 'redirect', location: `${cdn.url}${file}?signed=1`, linkedSize: SIZE };
+      },
+      'hub-token',
     );
-    assert.equal(origin.stats.retries, 0);
-  } finally {
-    await origin.close();
-    await hub.close();
-    await cdn.close();
-    await model.remove();
-  }
-});
+    const origin = new HttpOrigin(`${hub.url}org/model/resolve/main`, { token: 'hub-token', transport });
+    try {
+      assert.deepEqual(await origin.stat(WEIGHTS), { path: WEIGHTS, size: SIZE });
+      const expected = fileBytes(model, WEIGHTS);
+      for (const offset of [0, 1000, 2000]) {
+        const target = new Uint8Array(500);
+        await origin.readInto(WEIGHTS, offset, target);
+        assert.ok(Buffer.from(target).equals(expected.subarray(offset, offset + 500)));
+      }
+      assert.ok(hubSeen.every((request) => request.authorization === 'Bearer hub-token'));
+      assert.ok(hubSeen.every((request) => request.path === `org/model/resolve/main/${WEIGHTS}`));
+      assert.ok(cdnSeen.every((request) => request.authorization === undefined));
+      // stat and the re-resolution after the 403 went through the hub; the other reads used the cached target.
+      assert.equal(hubSeen.length, 2);
+      assert.deepEqual(
+        cdnSeen.map((request) => [request.method, request.range?.start]),
+        [
+          ['HEAD', undefined],
+          ['GET', 0],
+          ['GET', 1000],
+          ['GET', 2000],
+          ['GET', 2000],
+        ],
+      );
+      assert.equal(origin.stats.retries, 0);
+    } finally {
+      await origin.close();
+      await hub.close();
+      await cdn.close();
+      await model.remove();
+    }
+  },
+);
 
-test('stat prefers X-Linked-Size and falls back to a one-byte range when HEAD is refused', async () => {
-  const { origin, done } = await setup((request) => {
-    if (request.path === 'linked.bin')
-      return { kind: 'redirect', location: `/${WEIGHTS}`, linkedSize: 12345 };
-    if (request.method === 'HEAD') return { kind: 'status', status: 405 };
-    return undefined;
-  });
-  try {
-    assert.deepEqual(await origin.stat('linked.bin'), { path: 'linked.bin', size: 12345 });
-    assert.deepEqual(await origin.stat(WEIGHTS), { path: WEIGHTS, size: SIZE });
-  } finally {
-    await done();
-  }
-});
+bothTransports(
+  'stat prefers X-Linked-Size and falls back to a one-byte range when HEAD is refused',
+  async (transport) => {
+    const { origin, done } = await setup(transport, (request) => {
+      if (request.path === 'linked.bin')
+        return { kind: 'redirect', location: `/${WEIGHTS}`, linkedSize: 12345 };
+      if (request.method === 'HEAD') return { kind: 'status', status: 405 };
+      return undefined;
+    });
+    try {
+      assert.deepEqual(await origin.stat('linked.bin'), { path: 'linked.bin', size: 12345 });
+      assert.deepEqual(await origin.stat(WEIGHTS), { path: WEIGHTS, size: SIZE });
+    } finally {
+      await done();
+    }
+  },
+);
 
-test('a redirect loop fails with ORIGIN_TOO_MANY_REDIRECTS', async () => {
-  const { origin, retries, done } = await setup((request) => ({
+bothTransports('a redirect loop fails with ORIGIN_TOO_MANY_REDIRECTS', async (transport) => {
+  const { origin, retries, done } = await setup(transport, (request) => ({
     kind: 'redirect',
     location: `/${request.path}`,
     status: 307,
@@ -302,8 +330,8 @@ test('a redirect loop fails with ORIGIN_TOO_MANY_REDIRECTS', async () => {
   }
 });
 
-test('a server that wants a token answers 401 without one', async () => {
-  const { origin, done } = await setup(undefined, {}, 'needed');
+bothTransports('a server that wants a token answers 401 without one', async (transport) => {
+  const { origin, done } = await setup(transport, undefined, {}, 'needed');
   try {
     const error = await rejection(origin.stat(WEIGHTS));
     assert.equal(errorCode(error), 'ORIGIN_HTTP_STATUS');
@@ -313,7 +341,7 @@ test('a server that wants a token answers 401 without one', async () => {
   }
 });
 
-test('list reads the index, its shards and the companions that exist', async () => {
+bothTransports('list reads the index, its shards and the companions that exist', async (transport) => {
   const index = JSON.stringify({
     metadata: { total_size: 300 },
     weight_map: {
@@ -331,7 +359,7 @@ test('list reads the index, its shards and the companions that exist', async () 
     'unrelated.txt': 'not listed',
   });
   const server = await serve(model.dir);
-  const origin = new HttpOrigin(server.url, { connections: 2 });
+  const origin = new HttpOrigin(server.url, { connections: 2, transport });
   try {
     assert.deepEqual(await origin.list(), [
       { path: 'config.json', size: 2 },
@@ -347,29 +375,32 @@ test('list reads the index, its shards and the companions that exist', async () 
   }
 });
 
-test('list falls back to model.safetensors, and to a clear error when there is neither', async () => {
-  const model = await makeTempModel({ 'model.safetensors': 64, 'merges.txt': 'ab' });
-  const server = await serve(model.dir);
-  const origin = new HttpOrigin(server.url);
-  const empty = await makeTempModel({ 'something.bin': 1 });
-  const emptyServer = await serve(empty.dir);
-  const emptyOrigin = new HttpOrigin(emptyServer.url);
-  try {
-    assert.deepEqual(await origin.list(), [
-      { path: 'merges.txt', size: 2 },
-      { path: 'model.safetensors', size: 64 },
-    ]);
-    const error = await rejection(emptyOrigin.list());
-    assert.equal(errorCode(error), 'ORIGIN_NO_LISTING');
-    assert.match((error as Error).message, /--manifest/);
-  } finally {
-    await Promise.all([origin.close(), emptyOrigin.close(), server.close(), emptyServer.close()]);
-    await Promise.all([model.remove(), empty.remove()]);
-  }
-});
+bothTransports(
+  'list falls back to model.safetensors, and to a clear error when there is neither',
+  async (transport) => {
+    const model = await makeTempModel({ 'model.safetensors': 64, 'merges.txt': 'ab' });
+    const server = await serve(model.dir);
+    const origin = new HttpOrigin(server.url, { transport });
+    const empty = await makeTempModel({ 'something.bin': 1 });
+    const emptyServer = await serve(empty.dir);
+    const emptyOrigin = new HttpOrigin(emptyServer.url, { transport });
+    try {
+      assert.deepEqual(await origin.list(), [
+        { path: 'merges.txt', size: 2 },
+        { path: 'model.safetensors', size: 64 },
+      ]);
+      const error = await rejection(emptyOrigin.list());
+      assert.equal(errorCode(error), 'ORIGIN_NO_LISTING');
+      assert.match((error as Error).message, /--manifest/);
+    } finally {
+      await Promise.all([origin.close(), emptyOrigin.close(), server.close(), emptyServer.close()]);
+      await Promise.all([model.remove(), empty.remove()]);
+    }
+  },
+);
 
-test('list returns the given files without any request', async () => {
-  const { origin, done } = await setup(undefined, {
+bothTransports('list returns the given files without any request', async (transport) => {
+  const { origin, done } = await setup(transport, undefined, {
     files: [
       { path: 'b.bin', size: 2 },
       { path: 'a.bin', size: 1 },
@@ -386,34 +417,52 @@ test('list returns the given files without any request', async () => {
   }
 });
 
-test('aborting mid-body rejects with ABORTED at once', { timeout: 20_000 }, async () => {
-  const controller = new AbortController();
-  const { origin, done } = await setup(() => ({ kind: 'stall', afterBytes: 65_536, ms: 60_000 }));
-  try {
-    const read = rejection(origin.readInto(WEIGHTS, 0, new Uint8Array(SIZE), { signal: controller.signal }));
-    // Wait (boundedly) until part of the body has arrived, so the abort lands inside the body.
-    for (let tick = 0; tick < 2000 && origin.stats.bytesRead === 0; tick++) await sleepMs(5);
-    assert.ok(origin.stats.bytesRead > 0);
-    controller.abort(new Error('user cancelled'));
-    assert.equal(errorCode(await read), 'ABORTED');
-  } finally {
-    await done();
-  }
-});
+bothTransports(
+  'aborting mid-body rejects with ABORTED at once',
+  async (transport) => {
+    const controller = new AbortController();
+    const { origin, done } = await setup(transport, () => ({
+      kind: 'stall',
+      afterBytes: 65_536,
+      ms: 60_000,
+    }));
+    try {
+      const read = rejection(
+        origin.readInto(WEIGHTS, 0, new Uint8Array(SIZE), { signal: controller.signal }),
+      );
+      // Wait (boundedly) until part of the body has arrived, so the abort lands inside the body.
+      for (let tick = 0; tick < 2000 && origin.stats.bytesRead === 0; tick++) await sleepMs(5);
+      assert.ok(origin.stats.bytesRead > 0);
+      controller.abort(new Error('user cancelled'));
+      assert.equal(errorCode(await read), 'ABORTED');
+    } finally {
+      await done();
+    }
+  },
+  { timeout: 20_000 },
+);
 
-test('aborting during a backoff sleep rejects with ABORTED at once', { timeout: 20_000 }, async () => {
-  const controller = new AbortController();
-  const { origin, done } = await setup(() => ({ kind: 'status', status: 503, retryAfter: '30' }), {
-    onRetry: () => controller.abort(),
-  });
-  try {
-    const error = await rejection(origin.stat(WEIGHTS, { signal: controller.signal }));
-    assert.equal(errorCode(error), 'ABORTED');
-    assert.equal(origin.stats.requests, 1);
-  } finally {
-    await done();
-  }
-});
+bothTransports(
+  'aborting during a backoff sleep rejects with ABORTED at once',
+  async (transport) => {
+    const controller = new AbortController();
+    const { origin, done } = await setup(
+      transport,
+      () => ({ kind: 'status', status: 503, retryAfter: '30' }),
+      {
+        onRetry: () => controller.abort(),
+      },
+    );
+    try {
+      const error = await rejection(origin.stat(WEIGHTS, { signal: controller.signal }));
+      assert.equal(errorCode(error), 'ABORTED');
+      assert.equal(origin.stats.requests, 1);
+    } finally {
+      await done();
+    }
+  },
+  { timeout: 20_000 },
+);
 
 test('parseContentRange reads the three forms', () => {
   assert.deepEqual(parseContentRange('bytes 0-99/1000'), { start: 0, end: 99, size: 1000 });
