@@ -240,7 +240,7 @@ async function main(): Promise<void> {
         rate: httpPull.peakRssBytes,
         goal: '<= 1.0',
         met: httpPull.peakRssBytes <= rssGoalBytes,
-        note: 'default settings: 8 lanes x 16 MiB pieces',
+        note: 'default settings: 4 lanes x 16 MiB pieces',
         unit: 'bytes',
       });
     } finally {
