@@ -41,12 +41,13 @@ export const PIECE_RETRIES_DEFAULT = 3;
 export const STATE_DIR_NAME = '.weightcast';
 
 /**
- * The main thread drives the network and the files, so the hash threads leave it a core: measured
- * on 2 cores, one hash thread pulls faster (about 720 MiB/s) than two (about 600 MiB/s) because two
- * starve the receiving thread.
+ * For a remote origin the main thread drives the network, so the hash threads leave it a core:
+ * measured on 2 cores, one hash thread pulls faster (about 720 MiB/s) than two (about 600 MiB/s)
+ * because two starve the receiving thread. Local copies run entirely on the hash threads.
  */
-export function hashThreadsDefault(): number {
-  return Math.max(1, availableParallelism() - 1);
+export function hashThreadsDefault(origin: Origin): number {
+  const cores = availableParallelism();
+  return origin.localPath === undefined ? Math.max(1, cores - 1) : cores;
 }
 
 export interface PullOptions {
@@ -124,7 +125,7 @@ interface PullState {
 export async function pull(origin: Origin, dest: string, options: PullOptions = {}): Promise<PullResult> {
   const controller = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
-  const pool = new HashPool(options.hashThreads ?? hashThreadsDefault());
+  const pool = new HashPool(options.hashThreads ?? hashThreadsDefault(origin));
   try {
     const state = await preparePull(origin, dest, options, pool, signal);
     return await runPull(origin, state, options, pool, controller, signal);
