@@ -6,6 +6,7 @@ import { registerInspect } from './inspect.js';
 import { registerManifest } from './manifest.js';
 import { registerPull } from './pull.js';
 import { registerVerify } from './verify.js';
+import { registerSim } from './sim.js';
 import { registerSynth } from './synth.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
@@ -16,4 +17,5 @@ export const COMMANDS: RegisterCommand[] = [
   registerManifest,
   registerVerify,
   registerPull,
+  registerSim,
 ];

@@ -1,0 +1,104 @@
+/**
+ * `npm run bench:sim`: the real scheduling core in the deterministic simulator at N = 10, 100 and
+ * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm and one with failing hosts. Each row
+ * prints T_last against the fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
+ */
+
+import { defaultOriginReaders, simulate, type SimOptions } from '../src/sim/simulate.js';
+import { formatSeconds } from '../src/util/units.js';
+
+const MiB = 1024 * 1024;
+const GBIT = 1e9 / 8;
+
+interface Case {
+  name: string;
+  options: SimOptions;
+  goal: boolean;
+}
+
+function scenario(
+  name: string,
+  overrides: Partial<SimOptions> & Pick<SimOptions, 'hosts' | 'totalBytes' | 'pieceBytes'>,
+  goal = false,
+): Case {
+  const base = {
+    hostBytesPerSecond: 10 * GBIT,
+    originBytesPerSecond: 10 * GBIT,
+    racks: 0,
+    rackUplinkBytesPerSecond: 0,
+    latencyMs: 0.5,
+    failHosts: 0,
+    seed: 1,
+    downloadsPerHost: 4,
+    uploadsPerHost: 4,
+    hedgeTailPieces: 4,
+  };
+  const merged = { ...base, ...overrides, originReaders: 0 };
+  merged.originReaders = overrides.originReaders ?? defaultOriginReaders(merged);
+  return { name, options: merged, goal };
+}
+
+const CASES: Case[] = [
+  scenario('N=10', { hosts: 10, totalBytes: 10e9, pieceBytes: 16 * MiB }),
+  scenario('N=100', { hosts: 100, totalBytes: 10e9, pieceBytes: 4 * MiB }),
+  scenario('N=100, 10 racks, 25 Gbit/s uplinks', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: 4 * MiB,
+    racks: 10,
+    rackUplinkBytesPerSecond: 25 * GBIT,
+  }),
+  scenario('N=100, 5 hosts fail', { hosts: 100, totalBytes: 10e9, pieceBytes: 4 * MiB, failHosts: 5 }),
+  scenario('N=1000, 100k pieces', { hosts: 1000, totalBytes: 100_000 * MiB, pieceBytes: MiB }, true),
+];
+
+function main(): void {
+  const maxArg = process.argv.indexOf('--max-hosts');
+  const maxHosts = maxArg >= 0 ? Number(process.argv[maxArg + 1]) : Number.POSITIVE_INFINITY;
+  const header = [
+    'case',
+    'pieces',
+    'T_lb',
+    'T_last',
+    'efficiency',
+    'origin / S',
+    'p50',
+    'p99',
+    'wall',
+    'goal',
+    'met',
+  ];
+  const rows: string[][] = [];
+  for (const { name, options, goal } of CASES) {
+    if (options.hosts > maxHosts) continue;
+    const started = performance.now();
+    const result = simulate(options);
+    const wall = (performance.now() - started) / 1000;
+    const met = result.efficiency >= 0.9 && result.originRatio <= 1.05 && !result.incomplete;
+    rows.push([
+      name,
+      String(Math.ceil(options.totalBytes / options.pieceBytes)),
+      formatSeconds(result.tLowerBoundMs / 1000),
+      result.incomplete ? 'incomplete' : formatSeconds(result.tLastMs / 1000),
+      result.efficiency.toFixed(3),
+      result.originRatio.toFixed(3),
+      formatSeconds(result.p50Ms / 1000),
+      formatSeconds(result.p99Ms / 1000),
+      formatSeconds(wall),
+      goal ? 'eff >= 0.90, origin <= 1.05' : '',
+      goal ? (met ? 'yes' : 'NO') : '',
+    ]);
+    process.stderr.write(`${name}: done in ${formatSeconds(wall)}\n`);
+  }
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (values: string[]): string =>
+    '| ' + values.map((v, i) => v.padEnd(widths[i] ?? 0)).join(' | ') + ' |';
+  console.log(
+    'hosts 10 Gbit/s up and down, origin 10 Gbit/s, 0.5 ms request latency, 4 downloads and 4 uploads per host, seed 1',
+  );
+  console.log(line(header));
+  console.log('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|');
+  for (const row of rows) console.log(line(row));
+}
+
+main();

@@ -1,0 +1,132 @@
+/** `weightcast sim`: the swarm scheduling core in the deterministic simulator, against the fluid bound. */
+
+import type { Command } from 'commander';
+import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
+import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
+import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
+import type { RegisterCommand } from './index.js';
+import { WeightcastError } from '../../errors.js';
+
+interface SimFlags {
+  hosts: string;
+  sizeGb: string;
+  pieceMb: string;
+  hostMbps: string;
+  originMbps: string;
+  racks: string;
+  rackUplinkMbps?: string;
+  latencyMs: string;
+  failHosts: string;
+  seed: string;
+  downloads: string;
+  uploads: string;
+  originReaders?: string;
+  hedgeTail: string;
+  json?: boolean;
+}
+
+export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  program
+    .command('sim')
+    .description(
+      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
+    )
+    .option('--hosts <n>', 'hosts that want the model', '100')
+    .option('--size-gb <gb>', 'model size in GB (10^9 bytes)', '10')
+    .option('--piece-mb <mb>', 'piece size in MiB', '16')
+    .option('--host-mbps <mbps>', 'each host’s upload and download, Mbit/s', '10000')
+    .option('--origin-mbps <mbps>', 'the origin’s upload, Mbit/s', '10000')
+    .option('--racks <n>', 'spread hosts over this many racks (0: none)', '0')
+    .option(
+      '--rack-uplink-mbps <mbps>',
+      'capacity of each rack uplink, each direction, Mbit/s (default: unconstrained)',
+    )
+    .option('--latency-ms <ms>', 'request latency before a transfer’s first byte', '0.5')
+    .option('--fail-hosts <n>', 'hosts that fail during the run', '0')
+    .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
+    .option('--downloads <n>', 'pieces a host downloads at once', '4')
+    .option('--uploads <n>', 'pieces a host uploads at once', '4')
+    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)')
+    .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4')
+    .option('--json', 'print one JSON object')
+    .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
+};
+
+function numberFlag(text: string, what: string, minimum: number): number {
+  const value = Number(text);
+  if (!Number.isFinite(value) || value < minimum) {
+    throw new WeightcastError('USAGE', `${what} must be a number >= ${minimum}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+export function parseSimFlags(flags: SimFlags): SimOptions {
+  const hosts = parsePositiveInt(flags.hosts, '--hosts');
+  const hostBytesPerSecond = (numberFlag(flags.hostMbps, '--host-mbps', 1) * 1e6) / 8;
+  const originBytesPerSecond = (numberFlag(flags.originMbps, '--origin-mbps', 1) * 1e6) / 8;
+  const downloadsPerHost = parsePositiveInt(flags.downloads, '--downloads');
+  const options: SimOptions = {
+    hosts,
+    totalBytes: Math.round(numberFlag(flags.sizeGb, '--size-gb', 1e-6) * 1e9),
+    pieceBytes: Math.round(numberFlag(flags.pieceMb, '--piece-mb', 1 / 64) * 1024 * 1024),
+    hostBytesPerSecond,
+    originBytesPerSecond,
+    racks: numberFlag(flags.racks, '--racks', 0),
+    rackUplinkBytesPerSecond:
+      flags.rackUplinkMbps === undefined
+        ? 0
+        : (numberFlag(flags.rackUplinkMbps, '--rack-uplink-mbps', 1) * 1e6) / 8,
+    latencyMs: numberFlag(flags.latencyMs, '--latency-ms', 0),
+    failHosts: numberFlag(flags.failHosts, '--fail-hosts', 0),
+    seed: numberFlag(flags.seed, '--seed', 0),
+    downloadsPerHost,
+    uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
+    originReaders: 0,
+    hedgeTailPieces: numberFlag(flags.hedgeTail, '--hedge-tail', 0),
+  };
+  options.originReaders =
+    flags.originReaders === undefined
+      ? defaultOriginReaders({ hosts, originBytesPerSecond, hostBytesPerSecond, downloadsPerHost })
+      : parsePositiveInt(flags.originReaders, '--origin-readers');
+  if (options.failHosts >= hosts)
+    throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
+  if (Math.ceil(options.totalBytes / options.pieceBytes) > 10_000_000) {
+    throw new WeightcastError('USAGE', 'more than 10,000,000 pieces: raise --piece-mb');
+  }
+  return options;
+}
+
+export function simCommand(flags: SimFlags, io: CliIo): number {
+  const json = flags.json === true;
+  try {
+    const options = parseSimFlags(flags);
+    const started = performance.now();
+    const result = simulate(options);
+    const wallSeconds = (performance.now() - started) / 1000;
+    if (json) io.stdout(JSON.stringify({ event: 'sim', options, ...result, wallSeconds }) + '\n');
+    else io.stdout(describe(options, result, wallSeconds));
+    return result.incomplete ? EXIT_FAILURE : 0;
+  } catch (error) {
+    return reportError(io, error, json);
+  }
+}
+
+function describe(options: SimOptions, result: SimResult, wallSeconds: number): string {
+  const pieces = Math.ceil(options.totalBytes / options.pieceBytes);
+  const lines = [
+    `swarm: ${options.hosts} hosts, ${formatBytes(options.totalBytes)} in ${pieces} pieces of ${formatBytes(options.pieceBytes)}, seed ${options.seed}`,
+    `links: hosts ${((options.hostBytesPerSecond * 8) / 1e6).toFixed(0)} Mbit/s, origin ${((options.originBytesPerSecond * 8) / 1e6).toFixed(0)} Mbit/s` +
+      (options.racks > 0 ? `, ${options.racks} racks` : '') +
+      (options.rackUplinkBytesPerSecond > 0
+        ? ` with ${((options.rackUplinkBytesPerSecond * 8) / 1e6).toFixed(0)} Mbit/s uplinks`
+        : ''),
+    `T_last        ${formatSeconds(result.tLastMs / 1000)}${result.incomplete ? '  (INCOMPLETE: not every host finished)' : ''}`,
+    `T_lb          ${formatSeconds(result.tLowerBoundMs / 1000)}`,
+    `efficiency    ${result.efficiency.toFixed(3)}`,
+    `origin / S    ${result.originRatio.toFixed(3)} (origin done at ${formatSeconds(result.originDoneMs / 1000)})`,
+    `p50 / p99     ${formatSeconds(result.p50Ms / 1000)} / ${formatSeconds(result.p99Ms / 1000)}`,
+    `hosts         ${result.hostsCompleted} completed, ${result.hostsFailed} failed`,
+    `simulated     ${result.transfers} transfers in ${result.ticks} ticks of ${result.tickMs.toFixed(3)} ms; ${formatSeconds(wallSeconds)} of wall time`,
+  ];
+  return lines.join('\n') + '\n';
+}

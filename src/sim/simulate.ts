@@ -1,0 +1,301 @@
+/**
+ * The deterministic swarm simulator: the real scheduling core (src/swarm/core) driven by a fluid
+ * network model (./network.ts) in virtual time. Each tick the network moves bytes; every transfer
+ * that finishes is reported to the core at its exact finish time, and the core's new assignments
+ * start after one request latency. Optional host failures remove hosts mid-run. One seed replays
+ * a whole run exactly: there is no clock and no randomness but the seeded generators.
+ */
+
+import { assert } from '../errors.js';
+import { SwarmCore } from '../swarm/core/swarm-core.js';
+import { ORIGIN, type HostSpec } from '../swarm/core/types.js';
+import { fluidLowerBoundSeconds } from './bound.js';
+import { FluidNetwork, type Completion, type Endpoint } from './network.js';
+
+export interface SimOptions {
+  hosts: number;
+  totalBytes: number;
+  pieceBytes: number;
+  /** Each host's upload and download capacity. */
+  hostBytesPerSecond: number;
+  originBytesPerSecond: number;
+  /** Hosts are spread over this many racks (0: no racks). */
+  racks: number;
+  /** Capacity of each rack's uplink, each direction (0: unconstrained). */
+  rackUplinkBytesPerSecond: number;
+  /** Delay between an assignment and its first byte (a request round trip). */
+  latencyMs: number;
+  /** Hosts that fail during the run, at seeded times. */
+  failHosts: number;
+  seed: number;
+  downloadsPerHost: number;
+  uploadsPerHost: number;
+  originReaders: number;
+  hedgeTailPieces: number;
+  /** Virtual time step; by default a sixteenth of a piece's transfer time at a fair share. */
+  tickMs?: number;
+}
+
+export interface SimResult {
+  hostsCompleted: number;
+  hostsFailed: number;
+  /** True when the run stopped before every surviving host completed (a bug or a starved swarm). */
+  incomplete: boolean;
+  tLastMs: number;
+  tLowerBoundMs: number;
+  efficiency: number;
+  originBytes: number;
+  originRatio: number;
+  /** When the origin finished its last transfer: S/U is the earliest it can. */
+  originDoneMs: number;
+  p50Ms: number;
+  p99Ms: number;
+  transfers: number;
+  ticks: number;
+  tickMs: number;
+}
+
+/** Runs stop after this many times the lower bound, whatever happens. */
+const TIME_LIMIT_FACTOR = 50;
+
+export function defaultOriginReaders(
+  options: Pick<SimOptions, 'hosts' | 'originBytesPerSecond' | 'hostBytesPerSecond' | 'downloadsPerHost'>,
+): number {
+  // Enough first-copy transfers to fill the origin's link even when each runs at a fair per-flow share.
+  const perFlow = options.hostBytesPerSecond / options.downloadsPerHost;
+  return Math.max(4, Math.min(options.hosts * 2, 2 * Math.ceil(options.originBytesPerSecond / perFlow)));
+}
+
+export function simulate(options: SimOptions): SimResult {
+  const run = new SimRun(options);
+  return run.execute();
+}
+
+class SimRun {
+  private readonly options: SimOptions;
+  private readonly core: SwarmCore;
+  private readonly network: FluidNetwork;
+  private readonly originEndpoint: number;
+  private readonly pieceCount: number;
+  private readonly completedAt: Float64Array;
+  private readonly failed = new Set<number>();
+  private readonly failures: Array<{ atMs: number; host: number }>;
+  private originBytes = 0;
+  private originDoneMs = 0;
+  private lastProgressMs = 0;
+  private transferCount = 0;
+  private completed = 0;
+
+  constructor(options: SimOptions) {
+    assert(options.hosts >= 1 && options.totalBytes > 0 && options.pieceBytes > 0, 'simulator options');
+    this.options = options;
+    this.pieceCount = Math.ceil(options.totalBytes / options.pieceBytes);
+    this.originEndpoint = options.hosts;
+    this.completedAt = new Float64Array(options.hosts).fill(Number.NaN);
+    const endpoints: Endpoint[] = [];
+    const perMs = options.hostBytesPerSecond / 1000;
+    for (let host = 0; host < options.hosts; host++) {
+      endpoints.push({
+        uploadBytesPerMs: perMs,
+        downloadBytesPerMs: perMs,
+        rack: options.racks > 0 ? host % options.racks : -1,
+      });
+    }
+    endpoints.push({
+      uploadBytesPerMs: options.originBytesPerSecond / 1000,
+      downloadBytesPerMs: 0,
+      rack: -1,
+    });
+    this.network = new FluidNetwork(endpoints, options.racks, options.rackUplinkBytesPerSecond / 1000);
+    this.core = new SwarmCore({
+      pieceCount: this.pieceCount,
+      pieceBytes: options.pieceBytes,
+      totalBytes: options.totalBytes,
+      originUploadBytesPerSecond: options.originBytesPerSecond,
+      originReadersMax: options.originReaders,
+      downloadsPerHostMax: options.downloadsPerHost,
+      uploadsPerHostMax: options.uploadsPerHost,
+      hedgeTailPieces: options.hedgeTailPieces,
+      randomSeed: options.seed,
+    });
+    for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
+    this.failures = this.planFailures();
+  }
+
+  execute(): SimResult {
+    const boundMs = this.boundMs();
+    const tickMs = this.options.tickMs ?? this.defaultTickMs();
+    const limitMs = boundMs * TIME_LIMIT_FACTOR + 1000;
+    this.startAssignments(0);
+    let now = 0;
+    let ticks = 0;
+    let failureIndex = 0;
+    while (this.completed + this.failed.size < this.options.hosts && now < limitMs) {
+      const next = now + tickMs;
+      for (const completion of this.network.advance(now, next)) this.finish(completion);
+      while (
+        failureIndex < this.failures.length &&
+        (this.failures[failureIndex] as { atMs: number }).atMs < next
+      ) {
+        const failure = this.failures[failureIndex++] as { atMs: number; host: number };
+        this.fail(failure.host, failure.atMs);
+      }
+      const wake = this.core.pollTimeout();
+      if (wake !== undefined && wake < next) {
+        this.core.handleTimeout(Math.max(wake, now));
+        this.startAssignments(Math.max(wake, now));
+      }
+      now = next;
+      ticks++;
+      if (this.network.flowCount === 0) this.startAssignments(now);
+      if (this.network.flowCount === 0 && this.core.pollTimeout() === undefined) break;
+      // A swarm that stops making progress is reported as incomplete rather than ticked to the limit.
+      if (now - this.lastProgressMs > Math.max(boundMs, 1000 * tickMs)) break;
+    }
+    return this.result(boundMs, tickMs, ticks);
+  }
+
+  private finish(completion: Completion): void {
+    const { transferId, atMs, bytes, src, dst } = completion;
+    this.lastProgressMs = atMs;
+    this.network.remove(transferId);
+    if (src === this.originEndpoint) {
+      this.originBytes += bytes;
+      this.originDoneMs = atMs;
+    }
+    const seconds = Math.max(1e-9, (atMs - completion.startAtMs) / 1000);
+    this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
+    for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, atMs);
+    if (this.core.isComplete(dst) && Number.isNaN(this.completedAt[dst])) {
+      this.completedAt[dst] = atMs;
+      this.completed++;
+    }
+    this.startAssignments(atMs);
+  }
+
+  /** Drops a flow, counting what the origin had already sent of it. */
+  private drop(transferId: number): boolean {
+    const removed = this.network.remove(transferId);
+    if (removed === undefined) return false;
+    if (removed.src === this.originEndpoint) this.originBytes += removed.delivered;
+    return true;
+  }
+
+  private cancel(transferId: number, atMs: number): void {
+    if (this.drop(transferId)) this.core.handleTransfer(atMs, { transferId, outcome: 'cancelled' });
+  }
+
+  private startAssignments(atMs: number): void {
+    for (const assignment of this.core.pollAssignments(atMs)) {
+      const src = assignment.from === ORIGIN ? this.originEndpoint : assignment.from;
+      this.network.add(
+        assignment.transferId,
+        src,
+        assignment.host,
+        this.pieceSize(assignment.piece),
+        atMs + this.options.latencyMs,
+      );
+      this.transferCount++;
+    }
+  }
+
+  /** A host dies: its flows in both directions vanish (the core is told, and expects no reports). */
+  private fail(host: number, atMs: number): void {
+    if (this.failed.has(host) || !Number.isNaN(this.completedAt[host])) return;
+    this.failed.add(host);
+    for (const transferId of this.network.flowsOf(host)) this.drop(transferId);
+    this.core.removeHost(atMs, host);
+    this.startAssignments(atMs);
+  }
+
+  private pieceSize(piece: number): number {
+    const start = piece * this.options.pieceBytes;
+    return Math.min(this.options.pieceBytes, this.options.totalBytes - start);
+  }
+
+  private hostSpec(host: number): HostSpec {
+    const spec: HostSpec = {
+      id: host,
+      uploadBytesPerSecond: this.options.hostBytesPerSecond,
+      downloadBytesPerSecond: this.options.hostBytesPerSecond,
+    };
+    if (this.options.racks > 0) {
+      spec.rack = `rack-${host % this.options.racks}`;
+      spec.zone = 'zone-0';
+    }
+    return spec;
+  }
+
+  private boundMs(): number {
+    const survivors = this.options.hosts - Math.min(this.options.failHosts, this.options.hosts - 1);
+    return (
+      fluidLowerBoundSeconds({
+        totalBytes: this.options.totalBytes,
+        hosts: survivors,
+        originUploadBytesPerSecond: this.options.originBytesPerSecond,
+        hostDownloadBytesPerSecond: this.options.hostBytesPerSecond,
+        hostUploadBytesPerSecond: this.options.hostBytesPerSecond,
+      }) * 1000
+    );
+  }
+
+  /**
+   * An eighth of a piece's transfer time at a fair share, and no longer than the request latency: a
+   * transfer assigned mid-tick then starts in a later tick, where its rate is computed with the
+   * others, so no transfer waits idle for a tick boundary.
+   */
+  private defaultTickMs(): number {
+    const perFlowBytesPerMs = this.options.hostBytesPerSecond / 1000 / this.options.downloadsPerHost;
+    const eighth = this.options.pieceBytes / perFlowBytesPerMs / 8;
+    return this.options.latencyMs > 0 ? Math.min(eighth, this.options.latencyMs) : eighth;
+  }
+
+  /** Failure times and victims from the run's seed: spread over 10%-60% of the lower bound. */
+  private planFailures(): Array<{ atMs: number; host: number }> {
+    const count = Math.min(this.options.failHosts, this.options.hosts - 1);
+    const random = splitMix32(this.options.seed ^ 0x5eed);
+    const bound = this.boundMs();
+    const victims = new Set<number>();
+    while (victims.size < count) victims.add(Math.floor(random() * this.options.hosts));
+    return [...victims]
+      .map((host) => ({ host, atMs: bound * (0.1 + 0.5 * random()) }))
+      .sort((a, b) => a.atMs - b.atMs || a.host - b.host);
+  }
+
+  private result(boundMs: number, tickMs: number, ticks: number): SimResult {
+    const times = Array.from(this.completedAt)
+      .filter((t) => !Number.isNaN(t))
+      .sort((a, b) => a - b);
+    const tLastMs = times.length > 0 ? (times[times.length - 1] as number) : Number.POSITIVE_INFINITY;
+    const quantile = (q: number): number =>
+      times[Math.min(times.length - 1, Math.floor(q * times.length))] ?? Number.NaN;
+    return {
+      hostsCompleted: this.completed,
+      hostsFailed: this.failed.size,
+      incomplete: this.completed + this.failed.size < this.options.hosts,
+      tLastMs,
+      tLowerBoundMs: boundMs,
+      efficiency: boundMs / tLastMs,
+      originBytes: this.originBytes,
+      originRatio: this.originBytes / this.options.totalBytes,
+      originDoneMs: this.originDoneMs,
+      p50Ms: quantile(0.5),
+      p99Ms: quantile(0.99),
+      transfers: this.transferCount,
+      ticks,
+      tickMs,
+    };
+  }
+}
+
+/** A small seeded generator for the simulator's own choices (failure times and victims). */
+function splitMix32(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x9e3779b9) >>> 0;
+    let z = state;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+    return ((z ^ (z >>> 16)) >>> 0) / 4294967296;
+  };
+}

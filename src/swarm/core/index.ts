@@ -1,0 +1,16 @@
+/**
+ * The swarm core's public surface: the SwarmCore state machine and the vocabulary it speaks.
+ * Everything under this folder is pure (no I/O, no clock, no unseeded randomness).
+ */
+
+export { SwarmCore, HOSTS_MAX } from './swarm-core.js';
+export { ORIGIN } from './types.js';
+export type {
+  Assignment,
+  HostId,
+  HostSpec,
+  SwarmConfig,
+  SwarmStats,
+  TransferOutcome,
+  TransferReport,
+} from './types.js';

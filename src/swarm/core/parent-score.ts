@@ -1,0 +1,185 @@
+/**
+ * What the core knows about each host as a parent, and how it ranks parents for a download.
+ *
+ * Reports flow in: a verified transfer adds its measured rate to the parent's moving average and to
+ * a ring of recent rates across the swarm (whose median is the yardstick for "slow"); a failed
+ * transfer adds to the parent's failure score; a corrupt one marks the parent, and a second corrupt
+ * report from a different host bans it for everyone. Scores flow out: one number per candidate,
+ * ordered by (not demoted, locality tier, idle upload bandwidth), so a comparison is one `>`.
+ */
+
+/** A parent is slow when its average is below this fraction of the swarm's median transfer rate. */
+export const SLOW_FRACTION = 0.25;
+/** Verified uploads a parent needs before it can be judged slow. */
+export const SLOW_SAMPLES_MIN = 3;
+/** Recent verified transfer rates kept for the median, and how many are needed before using it. */
+export const RATE_RING_SIZE = 64;
+export const RATE_RING_MIN = 16;
+/** Failure score at which a parent is demoted; each verified upload halves the score. */
+export const FAILURE_SCORE_DEMOTED = 2;
+
+export const TIER_OTHER = 0;
+export const TIER_ZONE = 1;
+export const TIER_RACK = 2;
+
+/** Idle bandwidth is clamped below this so it never spills into the tier digits of a score. */
+const IDLE_SCALE = 2 ** 40;
+const EWMA_WEIGHT = 0.25;
+const NO_HOST = -1;
+
+export type CorruptVerdict = 'demoted' | 'banned';
+
+/**
+ * Locality of a parent relative to a host. Label ids are >= 0 when known and -1 when absent; a rack
+ * id names a (zone, rack) pair, so equal rack ids mean the same rack of the same zone.
+ */
+export function localityTier(
+  hostZone: number,
+  hostRack: number,
+  parentZone: number,
+  parentRack: number,
+): number {
+  if (hostRack >= 0 && hostRack === parentRack) return TIER_RACK;
+  if (hostZone >= 0 && hostZone === parentZone) return TIER_ZONE;
+  return TIER_OTHER;
+}
+
+/**
+ * One comparable number per candidate: a parent that is not demoted beats any demoted one; then the
+ * nearer tier wins; then the one with more idle upload bandwidth.
+ */
+export function parentScore(demoted: boolean, tier: number, idleBytesPerSecond: number): number {
+  const idle = Math.min(Math.max(idleBytesPerSecond, 0), IDLE_SCALE - 1);
+  return ((demoted ? 0 : 3) + tier) * IDLE_SCALE + idle;
+}
+
+/** The median of the first `length` values of `values` (sorts a copy). */
+export function median(values: Float64Array, length: number): number {
+  const sorted = values.slice(0, length).sort();
+  const middle = length >>> 1;
+  return length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
+export class ParentRecords {
+  uploadBytesPerSecond = new Float64Array(0);
+  /** Moving average of the per-transfer rate of this host's verified uploads; 0 until measured. */
+  rateAverage = new Float64Array(0);
+  rateSamples = new Int32Array(0);
+  failureScore = new Float64Array(0);
+  slow = new Uint8Array(0);
+  corrupt = new Uint8Array(0);
+  banned = new Uint8Array(0);
+  private firstCorruptReporter = new Int32Array(0);
+  private readonly ring = new Float64Array(RATE_RING_SIZE);
+  private ringLength = 0;
+  private ringNext = 0;
+  private medianRate = 0;
+  private samplesSinceMedian = 0;
+
+  /** Makes room for host ids below `hostCount`. */
+  ensureHosts(hostCount: number): void {
+    if (hostCount <= this.rateAverage.length) return;
+    const size = Math.max(hostCount, this.rateAverage.length * 2);
+    this.uploadBytesPerSecond = grownFloat(this.uploadBytesPerSecond, size);
+    this.rateAverage = grownFloat(this.rateAverage, size);
+    this.failureScore = grownFloat(this.failureScore, size);
+    const samples = new Int32Array(size);
+    samples.set(this.rateSamples);
+    this.rateSamples = samples;
+    this.slow = grownBytes(this.slow, size);
+    this.corrupt = grownBytes(this.corrupt, size);
+    this.banned = grownBytes(this.banned, size);
+    const reporters = new Int32Array(size).fill(NO_HOST);
+    reporters.set(this.firstCorruptReporter);
+    this.firstCorruptReporter = reporters;
+  }
+
+  /** A host (re)joins: its measured history starts over, but a ban or a corrupt mark stays. */
+  reset(host: number, uploadBytesPerSecond: number): void {
+    this.uploadBytesPerSecond[host] = uploadBytesPerSecond;
+    this.rateAverage[host] = 0;
+    this.rateSamples[host] = 0;
+    this.failureScore[host] = 0;
+    this.slow[host] = 0;
+  }
+
+  isDemoted(host: number): boolean {
+    return (
+      this.slow[host] === 1 || this.corrupt[host] === 1 || this.failureScore[host]! >= FAILURE_SCORE_DEMOTED
+    );
+  }
+
+  /** Upload bandwidth not used by the parent's current uploads, each assumed to run at its measured rate. */
+  idleBytesPerSecond(host: number, uploadsInFlight: number, uploadsPerHostMax: number): number {
+    const capacity = this.uploadBytesPerSecond[host]!;
+    const measured = this.rateAverage[host]!;
+    const perUpload = measured > 0 ? Math.min(measured, capacity) : capacity / uploadsPerHostMax;
+    return capacity - uploadsInFlight * perUpload;
+  }
+
+  recordVerified(host: number, bytesPerSecond: number | undefined): void {
+    this.failureScore[host]! *= 0.5;
+    if (bytesPerSecond === undefined || !(bytesPerSecond > 0) || !Number.isFinite(bytesPerSecond)) return;
+    const samples = this.rateSamples[host]!;
+    const average = this.rateAverage[host]!;
+    this.rateAverage[host] =
+      samples === 0 ? bytesPerSecond : average + EWMA_WEIGHT * (bytesPerSecond - average);
+    this.rateSamples[host] = samples + 1;
+    this.addToRing(bytesPerSecond);
+    this.slow[host] = this.judgedSlow(host) ? 1 : 0;
+  }
+
+  recordFailed(host: number): void {
+    this.failureScore[host]! += 1;
+  }
+
+  /**
+   * Records that `reporter` received bytes from `host` that failed verification. One report demotes
+   * the parent for everyone (the reporter also bans it for itself); a report from a second, different
+   * host bans it for everyone, since one host's bad memory or link should not exile a parent alone.
+   */
+  recordCorrupt(host: number, reporter: number): CorruptVerdict {
+    this.corrupt[host] = 1;
+    const first = this.firstCorruptReporter[host]!;
+    if (first === NO_HOST) this.firstCorruptReporter[host] = reporter;
+    else if (first !== reporter) this.banned[host] = 1;
+    return this.banned[host] === 1 ? 'banned' : 'demoted';
+  }
+
+  /** The swarm's median verified transfer rate, or 0 before enough samples. */
+  get medianBytesPerSecond(): number {
+    return this.ringLength >= RATE_RING_MIN ? this.medianRate : 0;
+  }
+
+  private judgedSlow(host: number): boolean {
+    const yardstick = this.medianBytesPerSecond;
+    return (
+      yardstick > 0 &&
+      this.rateSamples[host]! >= SLOW_SAMPLES_MIN &&
+      this.rateAverage[host]! < SLOW_FRACTION * yardstick
+    );
+  }
+
+  private addToRing(bytesPerSecond: number): void {
+    this.ring[this.ringNext] = bytesPerSecond;
+    this.ringNext = (this.ringNext + 1) % RATE_RING_SIZE;
+    if (this.ringLength < RATE_RING_SIZE) this.ringLength++;
+    // Re-sorting the ring on every report would dominate the hot path; once per ring turn is plenty.
+    if (++this.samplesSinceMedian >= RATE_RING_SIZE || this.ringLength <= RATE_RING_MIN) {
+      this.samplesSinceMedian = 0;
+      this.medianRate = median(this.ring, this.ringLength);
+    }
+  }
+}
+
+function grownFloat(array: Float64Array, size: number): Float64Array<ArrayBuffer> {
+  const grown = new Float64Array(size);
+  grown.set(array);
+  return grown;
+}
+
+function grownBytes(array: Uint8Array, size: number): Uint8Array<ArrayBuffer> {
+  const grown = new Uint8Array(size);
+  grown.set(array);
+  return grown;
+}

@@ -1,0 +1,906 @@
+/**
+ * SwarmCore: the central scheduler's state machine. It decides every transfer (which host fetches
+ * which piece from which parent or the origin) and never does I/O: time comes in as `nowMs`, every
+ * random choice comes from its own seeded generator, and the shell (simulator or scheduler service)
+ * moves the bytes.
+ *
+ * Data flow. Inputs (`addHost`, `removeHost`, `handleTransfer`, `prioritize`, `handleTimeout`) update
+ * the piece maps and mark who may have new work: a host whose download slot freed goes on the ready
+ * queue; a parent whose upload slot freed, or that gained a piece, goes on the offer queue. Outputs
+ * are pulled: `pollAssignments` first lets the origin hand first copies to idle hosts, then plans
+ * every ready host, then lets each parent on the offer queue offer a piece to parked hosts (hungry,
+ * but nothing fetchable when last planned). So each event re-plans only the hosts it concerns.
+ *
+ * Planning one host fills its free download slots in this order: pieces a loader is waiting for,
+ * a first copy from the origin, the rarest piece some eligible parent holds, and in the tail a
+ * hedge. In a large swarm where hosts' own searches mostly fail (every holder of the rare pieces
+ * busy), searches are cut short and the offers do the matching.
+ *
+ * The policies live in their own modules: rarity.ts and piece-select.ts (rarest-first), origin.ts
+ * (first copies), parent-search.ts and parent-score.ts (which parent), offer.ts (what a free parent
+ * offers), priority.ts (lazy loading); the state in bitfield.ts, holders.ts, in-flight.ts,
+ * transfers.ts, parked.ts and int-set.ts. This file composes them and owns the per-host state.
+ *
+ * Costs, per transfer (assignment plus report): O(1) index updates, plus a bounded search: at most
+ * WALK_PARENT_CHECKS_MAX parent lookups, each one AND per 32 hosts; no allocation but the
+ * Assignment itself. Memory: about 2 bits per (host, piece) plus O(pieces + hosts).
+ */
+
+import { assert } from '../../errors.js';
+import { hasBit, lowestBit, newBitfield, setBit } from './bitfield.js';
+import { HolderBits } from './holders.js';
+import { InFlightPieces } from './in-flight.js';
+import { IntSet } from './int-set.js';
+import { OriginPolicy } from './origin.js';
+import { rarestInWindow, RecentPieces } from './offer.js';
+import { ParkedHosts } from './parked.js';
+import { ParentRecords } from './parent-score.js';
+import { ParentSearch } from './parent-search.js';
+import {
+  missingListMax,
+  MissingLists,
+  Pick,
+  pickByWalk,
+  pickFromMissing,
+  MISSING_PARENT_CHECKS_MAX,
+  MISSING_WINDOW,
+  MISSING_WINDOW_SMALL_SWARM,
+  WALK_PARENT_CHECKS_MAX,
+  type HostPieces,
+} from './piece-select.js';
+import { PriorityQueues } from './priority.js';
+import { Random } from './random.js';
+import { RarityIndex } from './rarity.js';
+import { TransferTable } from './transfers.js';
+import {
+  ORIGIN,
+  type Assignment,
+  type HostId,
+  type HostSpec,
+  type SwarmConfig,
+  type SwarmStats,
+  type TransferReport,
+} from './types.js';
+
+/** Host ids are array indices: at most this many. */
+export const HOSTS_MAX = 1 << 16;
+/** Parked hosts tried per free upload slot of a parent on the offer queue, and misses in a row allowed. */
+const OFFER_TRIES_PER_SLOT = 2;
+const OFFER_MISSES_MAX = 2;
+/**
+ * Short searches (see searchesShort): below this share of successful host searches (a moving
+ * average with this weight), in a swarm of at least this many hosts; then one search in
+ * SHORT_SEARCH_PROBE_EVERY still looks up this many parents, the others none.
+ */
+const WALK_SUCCESS_LOW = 0.25;
+const WALK_SUCCESS_WEIGHT = 1 / 64;
+const SHORT_SEARCH_HOSTS_MIN = 64;
+const SHORT_SEARCH_PROBE_EVERY = 8;
+const WALK_PARENT_CHECKS_FUTILE = 2;
+/** Queued priority pieces looked at per planning step. */
+const PRIORITY_EXAMINED_MAX = 64;
+/** Parked hosts re-planned per sweep (the periodic safety net against a wake-up that never came). */
+const SWEEP_HOSTS_MAX = 64;
+const SWEEP_INTERVAL_MS_DEFAULT = 1000;
+const NONE = -1;
+
+export class SwarmCore {
+  readonly stats: SwarmStats = {
+    originBytesAssigned: 0,
+    transfersAssigned: 0,
+    transfersVerified: 0,
+    transfersCorrupt: 0,
+    transfersFailed: 0,
+    transfersCancelled: 0,
+    hedgesAssigned: 0,
+    hostsComplete: 0,
+  };
+
+  private readonly pieceCount: number;
+  private readonly pieceBytes: number;
+  private readonly lastPieceBytes: number;
+  private readonly downloadsMax: number;
+  private readonly uploadsMax: number;
+  private readonly hedgeTailPieces: number;
+  private readonly sweepIntervalMs: number;
+  private readonly missingListMax: number;
+
+  private readonly random: Random;
+  private readonly rarity: RarityIndex;
+  private readonly holders: HolderBits;
+  private readonly transfers: TransferTable;
+  private readonly parents = new ParentRecords();
+  private readonly origin: OriginPolicy;
+  private readonly priority: PriorityQueues;
+  private readonly missing = new MissingLists();
+  private readonly inFlight: InFlightPieces;
+  private readonly search: ParentSearch;
+
+  /** Per host: held pieces (undefined while absent), how many, present, seed. */
+  private held: Array<Uint32Array | undefined> = [];
+  private heldCounts = new Int32Array(0);
+  private present = new Uint8Array(0);
+  private seed = new Uint8Array(0);
+  private readonly zoneIds = new Map<string, number>();
+  private readonly rackIds = new Map<string, number>();
+  private readonly recent = new RecentPieces();
+  private hostsDownloading = 0;
+  private hostsPresent = 0;
+
+  /** Hosts to plan at the next poll, hungry hosts that found nothing, parents with something to offer. */
+  private readonly ready = new IntSet(64);
+  private readonly parked = new ParkedHosts();
+  private readonly offers = new IntSet(64);
+
+  private assignments: Assignment[] = [];
+  private cancellations: number[] = [];
+  private nowMs = 0;
+  private nextSweepMs: number | undefined;
+  private readonly pick = new Pick();
+  /** Moving average of how often a host's own rarest-first search found something. */
+  private walkSuccess = 1;
+  private shortSearches = 0;
+  private readonly target: HostPieces = {
+    host: NONE,
+    held: new Uint32Array(0),
+    inFlight: new InFlightPieces(1),
+  };
+
+  constructor(config: SwarmConfig) {
+    validateConfig(config);
+    this.pieceCount = config.pieceCount;
+    this.pieceBytes = config.pieceBytes;
+    this.lastPieceBytes = config.totalBytes - (config.pieceCount - 1) * config.pieceBytes;
+    this.downloadsMax = config.downloadsPerHostMax;
+    this.uploadsMax = config.uploadsPerHostMax;
+    this.hedgeTailPieces = config.hedgeTailPieces;
+    this.sweepIntervalMs = config.sweepIntervalMs ?? SWEEP_INTERVAL_MS_DEFAULT;
+    this.missingListMax = missingListMax(config.pieceCount);
+    this.random = new Random(config.randomSeed);
+    this.rarity = new RarityIndex(config.pieceCount, HOSTS_MAX, this.random);
+    this.holders = new HolderBits(config.pieceCount);
+    this.transfers = new TransferTable(1024);
+    this.search = new ParentSearch(
+      this.holders,
+      this.transfers,
+      this.parents,
+      this.random,
+      config.uploadsPerHostMax,
+    );
+    this.origin = new OriginPolicy(
+      config.pieceCount,
+      config.originReadersMax,
+      config.originReadersPerHostMax,
+    );
+    this.priority = new PriorityQueues(config.pieceCount);
+    this.inFlight = new InFlightPieces(config.downloadsPerHostMax);
+    this.target.inFlight = this.inFlight;
+  }
+
+  // ---- inputs -------------------------------------------------------------------------------------
+
+  addHost(nowMs: number, spec: HostSpec, held?: Iterable<number>): void {
+    this.tick(nowMs);
+    const host = spec.id;
+    assert(Number.isInteger(host) && host >= 0 && host < HOSTS_MAX, `host id ${host} out of range`);
+    if (this.isPresent(host)) this.removeHost(nowMs, host);
+    this.ensureHosts(host + 1);
+    const bitfield = newBitfield(this.pieceCount);
+    this.held[host] = bitfield;
+    this.present[host] = 1;
+    this.seed[host] = spec.seed === true ? 1 : 0;
+    const zone = labelId(this.zoneIds, spec.zone);
+    const rack =
+      spec.rack === undefined ? NONE : labelId(this.rackIds, `${spec.zone ?? ''}\u0000${spec.rack}`);
+    this.search.join(host, zone, rack);
+    this.parked.setLabels(host, rack, zone);
+    this.parents.reset(host, Math.max(0, spec.uploadBytesPerSecond));
+    this.hostsPresent++;
+    this.recent.clear(host);
+    this.heldCounts[host] =
+      spec.seed === true ? this.fillAll(bitfield) : fillFrom(bitfield, held, this.pieceCount);
+    this.inFlight.clearHost(host);
+    if (this.parents.banned[host] !== 1) this.countCopies(host, +1);
+    if (this.heldCounts[host] === this.pieceCount) this.stats.hostsComplete += this.seed[host] === 1 ? 0 : 1;
+    else this.hostsDownloading++;
+    if (this.isDownloading(host)) this.ready.add(host);
+    this.refreshUploader(host);
+    this.offers.add(host);
+  }
+
+  removeHost(nowMs: number, host: HostId): void {
+    this.tick(nowMs);
+    if (!this.isPresent(host)) return;
+    for (let slot = this.transfers.firstDownload(host); slot !== NONE;) {
+      const next = this.transfers.nextDownload(slot);
+      this.finishTransfer(slot);
+      slot = next;
+    }
+    for (let slot = this.transfers.firstUpload(host); slot !== NONE;) {
+      const next = this.transfers.nextUpload(slot);
+      const downloader = this.transfers.host[slot]!;
+      this.finishTransfer(slot);
+      if (this.isDownloading(downloader)) this.ready.add(downloader);
+      slot = next;
+    }
+    if (this.parents.banned[host] !== 1) this.countCopies(host, -1);
+    if (this.isDownloading(host)) this.hostsDownloading--;
+    else if (this.seed[host] === 0) this.stats.hostsComplete--;
+    this.present[host] = 0;
+    this.hostsPresent--;
+    this.held[host] = undefined;
+    this.heldCounts[host] = 0;
+    this.missing.drop(host);
+    this.priority.clear(host);
+    this.ready.delete(host);
+    this.parked.delete(host);
+    this.offers.delete(host);
+    this.search.leave(host);
+  }
+
+  handleTransfer(nowMs: number, report: TransferReport): void {
+    this.tick(nowMs);
+    const slot = this.transfers.slotOf(report.transferId);
+    // A report for a transfer dropped by removeHost (or reported twice) changes nothing.
+    if (slot === NONE) return;
+    const host = this.transfers.host[slot]!;
+    const piece = this.transfers.piece[slot]!;
+    const from = this.transfers.from[slot]!;
+    this.finishTransfer(slot);
+    switch (report.outcome) {
+      case 'verified':
+        this.stats.transfersVerified++;
+        if (from !== ORIGIN) this.parents.recordVerified(from, report.bytesPerSecond);
+        this.gainPiece(host, piece);
+        break;
+      case 'corrupt':
+        this.stats.transfersCorrupt++;
+        if (from !== ORIGIN) this.onCorrupt(host, from);
+        break;
+      case 'failed':
+        this.stats.transfersFailed++;
+        if (from !== ORIGIN) this.parents.recordFailed(from);
+        break;
+      case 'cancelled':
+        this.stats.transfersCancelled++;
+        break;
+    }
+    if (this.isDownloading(host)) this.ready.add(host);
+  }
+
+  prioritize(nowMs: number, host: HostId, pieces: readonly number[]): void {
+    this.tick(nowMs);
+    if (!this.isDownloading(host)) return;
+    if (this.priority.add(host, pieces, this.held[host]!) > 0) this.ready.add(host);
+  }
+
+  handleTimeout(nowMs: number): void {
+    this.tick(nowMs);
+    if (this.nextSweepMs === undefined || nowMs < this.nextSweepMs) return;
+    this.nextSweepMs = undefined;
+    for (let tries = Math.min(SWEEP_HOSTS_MAX, this.parked.size); tries > 0; tries--) {
+      const host = this.parked.random(this.random);
+      if (this.worthPlanning(host)) this.ready.add(host);
+    }
+  }
+
+  // ---- outputs ------------------------------------------------------------------------------------
+
+  pollAssignments(nowMs: number): Assignment[] {
+    this.tick(nowMs);
+    this.fillOrigin();
+    while (this.ready.size > 0) this.plan(this.ready.pop());
+    this.runOffers();
+    // With nothing in flight no report will ever wake a parked host: plan them all now.
+    if (this.transfers.inFlight === 0 && this.parked.size > 0) this.planAllParked();
+    if (this.parked.size > 0 && this.nextSweepMs === undefined)
+      this.nextSweepMs = this.nowMs + this.sweepIntervalMs;
+    const out = this.assignments;
+    this.assignments = [];
+    return out;
+  }
+
+  pollCancellations(): number[] {
+    const out = this.cancellations;
+    this.cancellations = [];
+    return out;
+  }
+
+  pollTimeout(): number | undefined {
+    return this.parked.size > 0 ? this.nextSweepMs : undefined;
+  }
+
+  // ---- queries ------------------------------------------------------------------------------------
+
+  hasPiece(host: HostId, piece: number): boolean {
+    const held = this.held[host];
+    return held !== undefined && piece >= 0 && piece < this.pieceCount && hasBit(held, piece);
+  }
+
+  heldCount(host: HostId): number {
+    return this.isPresent(host) ? this.heldCounts[host]! : 0;
+  }
+
+  isComplete(host: HostId): boolean {
+    return this.isPresent(host) && this.heldCounts[host] === this.pieceCount;
+  }
+
+  /** Copies of `piece` among hosts that may serve it (banned parents are not counted). */
+  copies(piece: number): number {
+    return this.rarity.count[piece] ?? 0;
+  }
+
+  /** Parents `host` has banned for itself after they sent it corrupt bytes. */
+  bannedParents(host: HostId): number[] {
+    return this.isPresent(host) ? this.search.bannedBy(host) : [];
+  }
+
+  /** True when `parent` is banned for everyone (corrupt bytes reported by two different hosts). */
+  isBanned(parent: HostId): boolean {
+    return this.parents.banned[parent] === 1;
+  }
+
+  /** True when `parent` ranks below every healthy parent (slow, failing or reported corrupt). */
+  isDemoted(parent: HostId): boolean {
+    return this.parents.isDemoted(parent);
+  }
+
+  /** How `host` would rank `parent` now (higher is better), or -1 if it may not fetch from it. */
+  parentScore(host: HostId, parent: HostId): number {
+    if (!this.isPresent(host) || !this.isPresent(parent)) return -1;
+    return this.search.score(host, parent, NONE);
+  }
+
+  // ---- planning -----------------------------------------------------------------------------------
+
+  /** Fills `host`'s free download slots; parks it if some stay free. */
+  private plan(host: number): void {
+    if (!this.isDownloading(host)) {
+      this.parked.delete(host);
+      return;
+    }
+    while (this.transfers.downloads[host]! < this.downloadsMax && this.assignOne(host));
+    if (this.transfers.downloads[host]! < this.downloadsMax) this.parked.add(host);
+    else this.parked.delete(host);
+  }
+
+  private assignOne(host: number): boolean {
+    if (this.priority.length(host) > 0 && this.assignPriority(host)) return true;
+    if (this.originMayServe(host) && this.assignFirstCopy(host)) return true;
+    if (this.search.freeUploaders > 0 && this.lackingAvailable(host) > 0 && this.assignRarest(host))
+      return true;
+    return this.lacking(host) <= this.hedgeTailPieces && this.assignHedge(host);
+  }
+
+  private assignPriority(host: number): boolean {
+    const held = this.held[host]!;
+    this.priority.dropHeldHead(host, held);
+    const examined = Math.min(this.priority.length(host), PRIORITY_EXAMINED_MAX);
+    for (let i = 0; i < examined; i++) {
+      const piece = this.priority.at(host, i);
+      if (hasBit(held, piece) || this.inFlight.has(host, piece)) continue;
+      if (this.rarity.count[piece] === 0) {
+        if (!this.origin.hasFreeReader() || this.origin.inFlight(piece) > 0) continue;
+        this.start(host, piece, ORIGIN, false);
+        return true;
+      }
+      const parent = this.search.findParent(host, piece, NONE);
+      if (parent === NONE) continue;
+      this.start(host, piece, parent, false);
+      return true;
+    }
+    return false;
+  }
+
+  private assignFirstCopy(host: number): boolean {
+    const piece = this.origin.pickUnserved(this.rarity, this.random, this.held[host]!);
+    if (piece === NONE) return false;
+    this.start(host, piece, ORIGIN, false);
+    return true;
+  }
+
+  private assignRarest(host: number): boolean {
+    const target = this.targetOf(host);
+    const pick = this.pick;
+    const listed = this.useMissingList(host);
+    const checksMax = this.searchChecks(listed ? MISSING_PARENT_CHECKS_MAX : WALK_PARENT_CHECKS_MAX);
+    if (checksMax === 0) return false;
+    let found: boolean;
+    if (listed) {
+      this.prepareMissingList(host);
+      found = pickFromMissing(
+        this.missing,
+        this.rarity,
+        target,
+        this.random,
+        this.search,
+        pick,
+        checksMax,
+        this.missingWindow(),
+      );
+    } else {
+      found = pickByWalk(this.rarity, target, this.random, this.search, pick, checksMax, Infinity);
+    }
+    this.walkSuccess += ((found ? 1 : 0) - this.walkSuccess) * WALK_SUCCESS_WEIGHT;
+    if (found) {
+      this.start(host, pick.piece, pick.parent, false);
+      return true;
+    }
+    return listed && this.search.hasBans(host) && this.assignAfterBans(host);
+  }
+
+  /**
+   * Searches are kept short in a swarm large enough for them to be costly (a parent search scans a
+   * row of host bits) and only while most of them fail (every holder of the rare pieces busy, as
+   * while the swarm waits on the origin): longer searches would find the same, and parents offer
+   * their pieces as their slots free. A small swarm always searches in full, so its choices are
+   * exactly rarest-first.
+   */
+  private searchesShort(): boolean {
+    return this.hostsPresent >= SHORT_SEARCH_HOSTS_MIN && this.walkSuccess < WALK_SUCCESS_LOW;
+  }
+
+  /**
+   * Parent lookups a host's own search may make: `full`, or while searches are short, none, except
+   * that one search in SHORT_SEARCH_PROBE_EVERY still probes, so the core notices when searching
+   * pays again.
+   */
+  private searchChecks(full: number): number {
+    if (!this.searchesShort()) return full;
+    return ++this.shortSearches % SHORT_SEARCH_PROBE_EVERY === 0 ? WALK_PARENT_CHECKS_FUTILE : 0;
+  }
+
+  /** Missing-list entries one selection reads: all of them in a small swarm, a sample otherwise. */
+  private missingWindow(): number {
+    return this.hostsPresent < SHORT_SEARCH_HOSTS_MIN ? MISSING_WINDOW_SMALL_SWARM : MISSING_WINDOW;
+  }
+
+  private prepareMissingList(host: number): void {
+    const held = this.held[host]!;
+    if (!this.missing.has(host)) this.missing.build(host, held, this.pieceCount, this.random);
+    this.missing.compact(host, held, this.lacking(host));
+  }
+
+  /**
+   * The missing list pays off once the host lacks few pieces and most of them are fetchable; while
+   * most of what it lacks is still only at the origin, the rare pieces it can fetch are the first
+   * ones a walk of the rarity index meets, so walking is cheaper.
+   */
+  private useMissingList(host: number): boolean {
+    const lacking = this.lacking(host);
+    return lacking <= this.missingListMax && 2 * this.lackingAvailable(host) >= lacking;
+  }
+
+  /**
+   * A piece whose every holder is banned for this host can come from nowhere but the origin: this
+   * is the origin's "retry after failure" exception to first-copies-only. Only hosts with bans pay
+   * for the check, and only in their last few pieces.
+   */
+  private assignAfterBans(host: number): boolean {
+    if (!this.origin.hasFreeReader()) return false;
+    const held = this.held[host]!;
+    const length = Math.min(this.missing.length(host), PRIORITY_EXAMINED_MAX);
+    for (let i = 0; i < length; i++) {
+      const piece = this.missing.at(host, i);
+      if (
+        hasBit(held, piece) ||
+        this.inFlight.has(host, piece) ||
+        !this.search.allHoldersBanned(host, piece)
+      ) {
+        continue;
+      }
+      this.start(host, piece, ORIGIN, false);
+      return true;
+    }
+    return false;
+  }
+
+  /** In the tail: a second transfer, from a different parent, of a piece already in flight. */
+  private assignHedge(host: number): boolean {
+    const held = this.held[host]!;
+    for (
+      let slot = this.transfers.firstDownload(host);
+      slot !== NONE;
+      slot = this.transfers.nextDownload(slot)
+    ) {
+      if (this.transfers.isCancelled(slot) || this.transfers.isHedge(slot)) continue;
+      const piece = this.transfers.piece[slot]!;
+      if (hasBit(held, piece) || this.inFlight.count(host, piece) > 1) continue;
+      const from = this.transfers.from[slot]!;
+      const parent = this.search.findParent(host, piece, from);
+      if (parent !== NONE) {
+        this.start(host, piece, parent, true);
+        return true;
+      }
+      // Only the origin has the piece: hedge from it unless the original already comes from it.
+      if (this.rarity.count[piece] === 0 && from !== ORIGIN && this.origin.hasFreeReader()) {
+        this.start(host, piece, ORIGIN, true);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The origin's free readers go to parked (idle) hosts first, so first copies spread. */
+  private fillOrigin(): void {
+    if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity)) return;
+    const cap = this.originPerHostMax();
+    for (let tries = 2 * this.origin.readersMax + 8; tries > 0; tries--) {
+      if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity) || this.parked.size === 0)
+        return;
+      const host = this.parked.random(this.random);
+      if (this.origin.transfersTo(host) >= cap) continue;
+      if (!this.assignFirstCopy(host)) return;
+      this.parkIfFull(host);
+    }
+  }
+
+  /**
+   * Parents whose upload slots freed, or that gained a piece, offer to parked hosts (near ones on
+   * every other try): the newest of the parent's recent pieces the host lacks, else the rarest in a
+   * window of both bitfields (offer.ts). This is what keeps uploads busy when every holder of the
+   * rare pieces is busy: a host's own search then fails, and the slot that frees goes straight to a
+   * host that lacks what the parent has.
+   */
+  private runOffers(): void {
+    while (this.offers.size > 0 && this.parked.size > 0) {
+      const parent = this.offers.pop();
+      if (!this.search.isFree(parent)) continue;
+      const rack = this.search.rackOf(parent);
+      const zone = this.search.zoneOf(parent);
+      let tries = (this.uploadsMax - this.transfers.uploads[parent]!) * OFFER_TRIES_PER_SLOT;
+      // A parent whose pieces two waiting hosts in a row already have is unlikely to help a third.
+      for (let misses = 0; tries > 0 && misses < OFFER_MISSES_MAX && this.parked.size > 0; tries--) {
+        // Every other try looks near the parent first, the rest anywhere: nearby hosts are
+        // preferred without being the only ones asked.
+        const host =
+          tries % 2 === 0 ? this.parked.randomNear(rack, zone, this.random) : this.parked.random(this.random);
+        // Hosts whose missing pieces are all in flight (common in the tail) are skipped unread.
+        const offerable = this.lackingAvailable(host) > 0 && !this.search.isBannedFor(host, parent);
+        const piece = offerable ? this.offeredPiece(parent, host) : NONE;
+        if (piece === NONE) {
+          misses++;
+          continue;
+        }
+        misses = 0;
+        this.assignOffered(host, piece, parent);
+        if (!this.search.isFree(parent)) break;
+      }
+    }
+    this.offers.clear();
+  }
+
+  /** A piece `parent` can offer `host` (see offer.ts), or -1. */
+  private offeredPiece(parent: number, host: number): number {
+    const target = this.targetOf(host);
+    const piece = this.recent.newestLacking(parent, target);
+    return piece !== NONE ? piece : rarestInWindow(this.held[parent]!, target, this.rarity, this.random);
+  }
+
+  /** `host` takes one offered piece, unless it waits for priority pieces (those come first). */
+  private assignOffered(host: number, piece: number, parent: number): void {
+    if (this.priority.length(host) === 0 || !this.assignPriority(host)) this.takeOffered(host, piece, parent);
+    this.parkIfFull(host);
+  }
+
+  /**
+   * Takes the offered piece, unless the host's usual search finds a rarer one with a free parent
+   * (a walk cut short by its limits takes nothing, so choices stay rarest-first). While searches are
+   * short (a large swarm where they mostly fail) the piece simply comes from the parent that
+   * offered it: the rarer pieces' holders are busy.
+   */
+  private takeOffered(host: number, piece: number, parent: number): void {
+    if (this.searchesShort()) {
+      this.start(host, piece, parent, false);
+      return;
+    }
+    const target = this.targetOf(host);
+    const pick = this.pick;
+    const copies = this.rarity.count[piece]!;
+    if (this.useMissingList(host)) {
+      this.prepareMissingList(host);
+      const window = this.missingWindow();
+      const checks = MISSING_PARENT_CHECKS_MAX;
+      const found = pickFromMissing(
+        this.missing,
+        this.rarity,
+        target,
+        this.random,
+        this.search,
+        pick,
+        checks,
+        window,
+      );
+      if (found && this.rarity.count[pick.piece]! < copies) {
+        this.start(host, pick.piece, pick.parent, false);
+        return;
+      }
+    } else if (
+      pickByWalk(this.rarity, target, this.random, this.search, pick, WALK_PARENT_CHECKS_MAX, copies)
+    ) {
+      this.start(host, pick.piece, pick.parent, false);
+      return;
+    } else if (pick.exhausted) {
+      return;
+    }
+    const best = this.search.findParent(host, piece, NONE);
+    this.start(host, piece, best !== NONE ? best : parent, false);
+  }
+
+  private parkIfFull(host: number): void {
+    if (this.transfers.downloads[host]! >= this.downloadsMax) this.parked.delete(host);
+  }
+
+  private planAllParked(): void {
+    for (const host of this.parked.list()) this.plan(host);
+  }
+
+  /** Cheap test that planning `host` could assign something (it may still find nothing). */
+  private worthPlanning(host: number): boolean {
+    return (
+      this.priority.length(host) > 0 ||
+      this.lackingAvailable(host) > 0 ||
+      this.lacking(host) <= this.hedgeTailPieces ||
+      this.originMayServe(host)
+    );
+  }
+
+  private originMayServe(host: number): boolean {
+    return (
+      this.origin.hasFreeReader() &&
+      this.origin.hasUnserved(this.rarity) &&
+      this.origin.transfersTo(host) < this.originPerHostMax()
+    );
+  }
+
+  private originPerHostMax(): number {
+    return this.origin.perHostMax(this.hostsDownloading, this.downloadsMax);
+  }
+
+  // ---- parents ------------------------------------------------------------------------------------
+
+  private onCorrupt(host: number, parent: number): void {
+    this.search.ban(host, parent);
+    const wasBanned = this.parents.banned[parent] === 1;
+    if (this.parents.recordCorrupt(parent, host) === 'banned' && !wasBanned && this.isPresent(parent)) {
+      this.withdrawParent(parent);
+    }
+  }
+
+  /**
+   * A parent banned for everyone stops counting as a copy of anything (pieces only it held go back
+   * to the origin) and its uploads in flight are cancelled.
+   */
+  private withdrawParent(parent: number): void {
+    this.countCopies(parent, -1);
+    this.search.setFree(parent, false);
+    for (
+      let slot = this.transfers.firstUpload(parent);
+      slot !== NONE;
+      slot = this.transfers.nextUpload(slot)
+    ) {
+      this.cancel(slot);
+    }
+  }
+
+  /** Free uploaders are the present, unbanned hosts holding something with a free upload slot. */
+  private refreshUploader(host: number): void {
+    const free =
+      this.present[host] === 1 &&
+      this.heldCounts[host]! > 0 &&
+      this.parents.banned[host] !== 1 &&
+      this.transfers.uploads[host]! < this.uploadsMax;
+    this.search.setFree(host, free);
+  }
+
+  // ---- transfers ----------------------------------------------------------------------------------
+
+  private start(host: number, piece: number, from: number, hedge: boolean): void {
+    const slot = this.transfers.start(host, piece, from, hedge);
+    this.inFlight.add(host, piece);
+    if (from === ORIGIN) {
+      this.origin.start(host, piece);
+      this.stats.originBytesAssigned += piece === this.pieceCount - 1 ? this.lastPieceBytes : this.pieceBytes;
+    } else {
+      this.refreshUploader(from);
+    }
+    this.stats.transfersAssigned++;
+    if (hedge) this.stats.hedgesAssigned++;
+    this.assignments.push({ transferId: this.transfers.idOf(slot), host, piece, from, hedge });
+  }
+
+  /** Releases a transfer's slots on both ends; the piece is in flight no more unless another copy is. */
+  private finishTransfer(slot: number): void {
+    const host = this.transfers.host[slot]!;
+    const piece = this.transfers.piece[slot]!;
+    const from = this.transfers.from[slot]!;
+    this.transfers.finish(slot);
+    if (from === ORIGIN) {
+      this.origin.finish(host, piece);
+    } else if (this.isPresent(from)) {
+      this.refreshUploader(from);
+      this.offers.add(from);
+    }
+    this.inFlight.remove(host, piece);
+  }
+
+  private cancel(slot: number): void {
+    if (this.transfers.isCancelled(slot)) return;
+    this.transfers.markCancelled(slot);
+    this.cancellations.push(this.transfers.idOf(slot));
+  }
+
+  private gainPiece(host: number, piece: number): void {
+    const held = this.held[host]!;
+    if (hasBit(held, piece)) return;
+    setBit(held, piece);
+    const count = ++this.heldCounts[host]!;
+    if (this.parents.banned[host] !== 1) {
+      this.rarity.increment(piece);
+      this.holders.set(piece, host);
+    }
+    this.recent.push(host, piece);
+    // The other copies of this piece in flight to this host (hedges) lost the race.
+    if (this.inFlight.has(host, piece)) this.cancelCopies(host, piece);
+    if (count === 1) this.refreshUploader(host);
+    this.offers.add(host);
+    if (count === this.pieceCount) this.onComplete(host);
+  }
+
+  private cancelCopies(host: number, piece: number): void {
+    for (
+      let slot = this.transfers.firstDownload(host);
+      slot !== NONE;
+      slot = this.transfers.nextDownload(slot)
+    ) {
+      if (this.transfers.piece[slot] === piece) this.cancel(slot);
+    }
+  }
+
+  private onComplete(host: number): void {
+    this.stats.hostsComplete++;
+    this.hostsDownloading--;
+    this.parked.delete(host);
+    this.ready.delete(host);
+    this.missing.drop(host);
+    this.priority.clear(host);
+  }
+
+  // ---- host state ---------------------------------------------------------------------------------
+
+  /** The shared selection input, pointed at `host` (one object, so selection allocates nothing). */
+  private targetOf(host: number): HostPieces {
+    this.target.host = host;
+    this.target.held = this.held[host]!;
+    return this.target;
+  }
+
+  private isPresent(host: number): boolean {
+    return host >= 0 && host < this.present.length && this.present[host] === 1;
+  }
+
+  private isDownloading(host: number): boolean {
+    return this.isPresent(host) && this.heldCounts[host]! < this.pieceCount;
+  }
+
+  private lacking(host: number): number {
+    return this.pieceCount - this.heldCounts[host]!;
+  }
+
+  /**
+   * An upper bound on the pieces some host holds that `host` lacks and has not in flight: zero means
+   * planning from peers cannot succeed, which is the common case for a host waiting on the origin.
+   * Every held piece of an unbanned host is itself a copy, so held pieces are all counted above.
+   */
+  private lackingAvailable(host: number): number {
+    if (this.parents.banned[host] === 1) return 1;
+    return (
+      this.rarity.heldSomewhere -
+      this.heldCounts[host]! -
+      this.inFlight.distinctCount(host) +
+      this.origin.transfersTo(host)
+    );
+  }
+
+  /** Adds (+1) or removes (-1) `host` as a copy of everything it holds. */
+  private countCopies(host: number, delta: 1 | -1): void {
+    const held = this.held[host]!;
+    for (let w = 0; w < held.length; w++) {
+      let word = held[w]!;
+      while (word !== 0) {
+        const piece = (w << 5) + lowestBit(word);
+        word &= word - 1;
+        if (delta > 0) {
+          this.rarity.increment(piece);
+          this.holders.set(piece, host);
+        } else {
+          this.rarity.decrement(piece);
+          this.holders.clear(piece, host);
+        }
+      }
+    }
+  }
+
+  private fillAll(bitfield: Uint32Array): number {
+    bitfield.fill(0xffffffff);
+    const tail = this.pieceCount & 31;
+    if (tail !== 0) bitfield[bitfield.length - 1] = (1 << tail) - 1;
+    return this.pieceCount;
+  }
+
+  private tick(nowMs: number): void {
+    // Time only moves forward; a shell that passes an older time keeps the newer one.
+    if (nowMs > this.nowMs) this.nowMs = nowMs;
+  }
+
+  private ensureHosts(hostCount: number): void {
+    this.holders.ensureHosts(hostCount);
+    this.search.ensureHosts(hostCount);
+    this.transfers.ensureHosts(hostCount);
+    this.inFlight.ensureHosts(hostCount);
+    this.recent.ensureHosts(hostCount);
+    this.parents.ensureHosts(hostCount);
+    this.origin.ensureHosts(hostCount);
+    if (hostCount <= this.present.length) return;
+    const size = Math.max(hostCount, this.present.length * 2);
+    this.heldCounts = grown(this.heldCounts, size);
+    const present = new Uint8Array(size);
+    present.set(this.present);
+    this.present = present;
+    const seed = new Uint8Array(size);
+    seed.set(this.seed);
+    this.seed = seed;
+  }
+}
+
+function validateConfig(config: SwarmConfig): void {
+  const positive: Array<[string, number]> = [
+    ['pieceCount', config.pieceCount],
+    ['pieceBytes', config.pieceBytes],
+    ['originReadersMax', config.originReadersMax],
+    ['downloadsPerHostMax', config.downloadsPerHostMax],
+    ['uploadsPerHostMax', config.uploadsPerHostMax],
+  ];
+  for (const [name, value] of positive)
+    assert(Number.isInteger(value) && value > 0, `${name} must be a positive integer`);
+  assert(config.pieceCount < 2 ** 28, 'pieceCount must be below 2^28');
+  const last = config.totalBytes - (config.pieceCount - 1) * config.pieceBytes;
+  assert(last > 0 && last <= config.pieceBytes, 'totalBytes must fit pieceCount pieces of pieceBytes');
+  assert(
+    Number.isInteger(config.hedgeTailPieces) && config.hedgeTailPieces >= 0,
+    'hedgeTailPieces must be >= 0',
+  );
+  const perHost = config.originReadersPerHostMax;
+  assert(
+    perHost === undefined || (Number.isInteger(perHost) && perHost > 0),
+    'originReadersPerHostMax must be > 0',
+  );
+}
+
+function labelId(ids: Map<string, number>, label: string | undefined): number {
+  if (label === undefined) return NONE;
+  let id = ids.get(label);
+  if (id === undefined) {
+    id = ids.size;
+    ids.set(label, id);
+  }
+  return id;
+}
+
+/** Sets the bits of the valid, distinct piece numbers in `held`; returns how many were set. */
+function fillFrom(bitfield: Uint32Array, held: Iterable<number> | undefined, pieceCount: number): number {
+  if (held === undefined) return 0;
+  let count = 0;
+  for (const piece of held) {
+    if (!Number.isInteger(piece) || piece < 0 || piece >= pieceCount || hasBit(bitfield, piece)) continue;
+    setBit(bitfield, piece);
+    count++;
+  }
+  return count;
+}
+
+function grown(array: Int32Array, size: number): Int32Array<ArrayBuffer> {
+  const out = new Int32Array(size);
+  out.set(array);
+  return out;
+}

@@ -1,0 +1,91 @@
+/**
+ * The vocabulary of the swarm core: hosts, pieces, transfers, and the inputs and outputs of the
+ * scheduling state machine. The core is pure: time comes in as `nowMs`, randomness from a seeded
+ * generator it owns, and it never touches sockets, files or clocks. The simulator and the real
+ * scheduler service drive the same core through these types.
+ */
+
+/** Hosts are small integers inside the core; the shell maps its own host names to them. */
+export type HostId = number;
+
+/** The origin is not a host: it has no download side and holds every piece. */
+export const ORIGIN: HostId = -1;
+
+export interface HostSpec {
+  id: HostId;
+  /** Locality labels: parents in the same rack, then the same zone, are preferred. */
+  zone?: string;
+  rack?: string;
+  uploadBytesPerSecond: number;
+  downloadBytesPerSecond: number;
+  /** A seed holds every piece from the start and downloads nothing (seed tier nodes). */
+  seed?: boolean;
+}
+
+export interface SwarmConfig {
+  pieceCount: number;
+  /** Size of every piece but the last, which is `totalBytes - (pieceCount - 1) * pieceBytes`. */
+  pieceBytes: number;
+  totalBytes: number;
+  originUploadBytesPerSecond: number;
+  /** At most this many transfers read from the origin at once. */
+  originReadersMax: number;
+  /** Pieces a host downloads at once. */
+  downloadsPerHostMax: number;
+  /** Pieces a host uploads at once. */
+  uploadsPerHostMax: number;
+  /** When a host lacks at most this many pieces, it may request pieces already in flight (hedging). */
+  hedgeTailPieces: number;
+  /** Seed of the core's own random generator (tie-breaks, sampling). */
+  randomSeed: number;
+  /**
+   * Origin transfers one host may have at once. Default: 1 while at least `originReadersMax` hosts
+   * are downloading (first copies land on as many hosts as possible), more when there are fewer.
+   */
+  originReadersPerHostMax?: number;
+  /**
+   * How often, while some hosts wait with free download slots, the core asks for `handleTimeout` to
+   * re-plan a few of them (a safety net; reports normally wake them). Default 1000 ms.
+   */
+  sweepIntervalMs?: number;
+}
+
+/** A transfer the core wants started: `host` fetches `piece` from `from` (a host or ORIGIN). */
+export interface Assignment {
+  transferId: number;
+  host: HostId;
+  piece: number;
+  from: HostId;
+  /** A duplicate of a transfer already in flight for the same host and piece. */
+  hedge: boolean;
+}
+
+export type TransferOutcome =
+  /** The bytes arrived and matched the piece's SHA-256. */
+  | 'verified'
+  /** The bytes arrived and did not match: the sender is at fault. */
+  | 'corrupt'
+  /** No progress for too long, or the sender refused (overload, gone). */
+  | 'failed'
+  /** Cancelled by the core (a hedge lost the race) or by the shell (host leaving). */
+  | 'cancelled';
+
+export interface TransferReport {
+  transferId: number;
+  outcome: TransferOutcome;
+  /** Measured throughput of the transfer, for parent scoring (verified transfers). */
+  bytesPerSecond?: number;
+}
+
+export interface SwarmStats {
+  /** Bytes the origin was asked to send (assignments from ORIGIN times piece sizes), hedges included. */
+  originBytesAssigned: number;
+  transfersAssigned: number;
+  transfersVerified: number;
+  transfersCorrupt: number;
+  transfersFailed: number;
+  transfersCancelled: number;
+  hedgesAssigned: number;
+  /** Hosts present now that hold every piece, seeds not counted. */
+  hostsComplete: number;
+}

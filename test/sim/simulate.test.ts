@@ -1,0 +1,96 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { defaultOriginReaders, simulate, type SimOptions } from '../../src/sim/simulate.js';
+import { runCli } from '../../src/cli/main.js';
+import { memoryIo } from '../../src/cli/io.js';
+
+const MiB = 1024 * 1024;
+
+function options(overrides: Partial<SimOptions> = {}): SimOptions {
+  const base: SimOptions = {
+    hosts: 20,
+    totalBytes: 200 * MiB,
+    pieceBytes: MiB,
+    hostBytesPerSecond: 125e6,
+    originBytesPerSecond: 125e6,
+    racks: 0,
+    rackUplinkBytesPerSecond: 0,
+    latencyMs: 0.5,
+    failHosts: 0,
+    seed: 7,
+    downloadsPerHost: 4,
+    uploadsPerHost: 4,
+    originReaders: 0,
+    hedgeTailPieces: 4,
+    ...overrides,
+  };
+  if (overrides.originReaders === undefined) base.originReaders = defaultOriginReaders(base);
+  return base;
+}
+
+test('the same seed replays the same run; another seed gives another', () => {
+  const seed = 11;
+  const a = simulate(options({ seed }));
+  const b = simulate(options({ seed }));
+  assert.deepEqual(a, b, `seed ${seed} did not replay`);
+  const c = simulate(options({ seed: seed + 1 }));
+  assert.notDeepEqual(c, a, `seeds ${seed} and ${seed + 1} gave the same run`);
+});
+
+test('a small swarm completes close to the fluid bound with the origin sending each byte about once', () => {
+  const seed = 3;
+  const result = simulate(options({ seed }));
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.hostsCompleted, 20);
+  assert.ok(
+    result.efficiency > 0.8 && result.efficiency <= 1.0001,
+    `seed ${seed}: efficiency ${result.efficiency}`,
+  );
+  assert.ok(
+    result.originRatio >= 1 && result.originRatio <= 1.05,
+    `seed ${seed}: origin ratio ${result.originRatio}`,
+  );
+});
+
+test('hosts that fail mid-run do not stop the others', () => {
+  const seed = 5;
+  const result = simulate(options({ seed, failHosts: 3 }));
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.hostsFailed, 3);
+  assert.equal(result.hostsCompleted, 17);
+});
+
+test('rack uplinks slow a swarm down but it still completes', () => {
+  const seed = 9;
+  const free = simulate(options({ seed, racks: 4 }));
+  const capped = simulate(options({ seed, racks: 4, rackUplinkBytesPerSecond: 50e6 }));
+  assert.equal(capped.incomplete, false, `seed ${seed}`);
+  assert.ok(capped.tLastMs > free.tLastMs, `seed ${seed}: ${capped.tLastMs} vs ${free.tLastMs}`);
+});
+
+test('weightcast sim prints the result and exits 0 on completion', async () => {
+  const io = memoryIo();
+  const code = await runCli(
+    [
+      'sim',
+      '--hosts',
+      '8',
+      '--size-gb',
+      '0.1',
+      '--piece-mb',
+      '4',
+      '--host-mbps',
+      '1000',
+      '--seed',
+      '2',
+      '--json',
+    ],
+    io,
+  );
+  assert.equal(code, 0, io.err.join(''));
+  const out = JSON.parse(io.out.join('')) as Record<string, unknown>;
+  assert.equal(out['hostsCompleted'], 8);
+  assert.equal(typeof out['efficiency'], 'number');
+  const bad = memoryIo();
+  assert.equal(await runCli(['sim', '--hosts', '0'], bad), 2);
+});

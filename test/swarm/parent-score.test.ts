@@ -1,0 +1,94 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  FAILURE_SCORE_DEMOTED,
+  localityTier,
+  median,
+  ParentRecords,
+  parentScore,
+  RATE_RING_MIN,
+  SLOW_SAMPLES_MIN,
+  TIER_OTHER,
+  TIER_RACK,
+  TIER_ZONE,
+} from '../../src/swarm/core/parent-score.js';
+
+test('locality: same rack, then same zone, then anything; unknown labels match nothing', () => {
+  assert.equal(localityTier(0, 5, 0, 5), TIER_RACK);
+  assert.equal(localityTier(0, 5, 0, 6), TIER_ZONE);
+  assert.equal(localityTier(0, 5, 1, 7), TIER_OTHER);
+  assert.equal(localityTier(-1, -1, -1, -1), TIER_OTHER);
+  assert.equal(localityTier(0, -1, 0, -1), TIER_ZONE);
+});
+
+test('score order: healthy before demoted, then tier, then idle bandwidth', () => {
+  const healthyFarIdle = parentScore(false, TIER_OTHER, 1e9);
+  const healthyRackBusy = parentScore(false, TIER_RACK, 1);
+  const healthyZone = parentScore(false, TIER_ZONE, 5e8);
+  const demotedRackIdle = parentScore(true, TIER_RACK, 1e10);
+  assert.ok(healthyRackBusy > healthyZone && healthyZone > healthyFarIdle);
+  assert.ok(healthyFarIdle > demotedRackIdle, 'a demoted parent ranks below every healthy one');
+  assert.ok(parentScore(false, TIER_ZONE, 2e8) > parentScore(false, TIER_ZONE, 1e8));
+  assert.equal(
+    parentScore(false, TIER_ZONE, -5),
+    parentScore(false, TIER_ZONE, 0),
+    'negative idle counts as none',
+  );
+  assert.ok(
+    parentScore(false, TIER_OTHER, 1e20) < parentScore(false, TIER_ZONE, 0),
+    'idle never spills over tiers',
+  );
+});
+
+test('median of the first values', () => {
+  assert.equal(median(Float64Array.from([5, 1, 3]), 3), 3);
+  assert.equal(median(Float64Array.from([4, 1, 3, 2]), 4), 2.5);
+  assert.equal(median(Float64Array.from([9, 1, 100]), 2), 5);
+});
+
+test('idle bandwidth uses the measured per-upload rate once known', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(2);
+  records.reset(0, 100);
+  assert.equal(records.idleBytesPerSecond(0, 1, 4), 75, 'unmeasured: capacity split over the slots');
+  records.recordVerified(0, 10);
+  assert.equal(records.idleBytesPerSecond(0, 2, 4), 80);
+  records.recordVerified(1, undefined);
+  assert.equal(records.rateSamples[1], 0, 'a report without a rate is not a sample');
+});
+
+test('a parent far slower than the median is demoted after enough samples', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(10);
+  for (let host = 0; host < 10; host++) records.reset(host, 1000);
+  for (let i = 0; i < RATE_RING_MIN; i++) records.recordVerified(1 + (i % 8), 100);
+  for (let i = 0; i < SLOW_SAMPLES_MIN - 1; i++) records.recordVerified(0, 10);
+  assert.equal(records.isDemoted(0), false, 'not judged before SLOW_SAMPLES_MIN samples');
+  records.recordVerified(0, 10);
+  assert.equal(records.isDemoted(0), true);
+  assert.equal(records.isDemoted(1), false);
+  for (let i = 0; i < 20; i++) records.recordVerified(0, 100);
+  assert.equal(records.isDemoted(0), false, 'a parent that speeds up is trusted again');
+});
+
+test('failures demote; verified uploads heal', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(1);
+  records.reset(0, 1000);
+  for (let i = 0; i < FAILURE_SCORE_DEMOTED; i++) records.recordFailed(0);
+  assert.equal(records.isDemoted(0), true);
+  records.recordVerified(0, undefined);
+  assert.equal(records.isDemoted(0), false);
+});
+
+test('corrupt: one report demotes, a second from another host bans; the same reporter twice does not', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(5);
+  assert.equal(records.recordCorrupt(0, 1), 'demoted');
+  assert.ok(records.isDemoted(0));
+  assert.equal(records.recordCorrupt(0, 1), 'demoted');
+  assert.equal(records.recordCorrupt(0, 2), 'banned');
+  assert.equal(records.banned[0], 1);
+  records.reset(0, 1000);
+  assert.equal(records.banned[0], 1, 'rejoining does not lift a ban');
+});
