@@ -7,6 +7,7 @@
  */
 
 import { assert } from '../errors.js';
+import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
 import { ORIGIN, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
@@ -253,12 +254,12 @@ class SimRun {
   /** Failure times and victims from the run's seed: spread over 10%-60% of the lower bound. */
   private planFailures(): Array<{ atMs: number; host: number }> {
     const count = Math.min(this.options.failHosts, this.options.hosts - 1);
-    const random = splitMix32(this.options.seed ^ 0x5eed);
+    const random = new Random(this.options.seed ^ 0x5eed);
     const bound = this.boundMs();
     const victims = new Set<number>();
-    while (victims.size < count) victims.add(Math.floor(random() * this.options.hosts));
+    while (victims.size < count) victims.add(random.below(this.options.hosts));
     return [...victims]
-      .map((host) => ({ host, atMs: bound * (0.1 + 0.5 * random()) }))
+      .map((host) => ({ host, atMs: bound * (0.1 + 0.5 * random.nextFloat()) }))
       .sort((a, b) => a.atMs - b.atMs || a.host - b.host);
   }
 
@@ -286,16 +287,4 @@ class SimRun {
       tickMs,
     };
   }
-}
-
-/** A small seeded generator for the simulator's own choices (failure times and victims). */
-function splitMix32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x9e3779b9) >>> 0;
-    let z = state;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
-    return ((z ^ (z >>> 16)) >>> 0) / 4294967296;
-  };
 }
