@@ -44,6 +44,15 @@ export type ErrorCode =
   // integrity and transfer (src/pull, src/verify)
   | 'PIECE_HASH_MISMATCH'
   | 'PULL_DESTINATION_CONFLICT'
+  // the swarm (src/swarm)
+  | 'SWARM_PROTOCOL'
+  | 'SWARM_UNKNOWN_MODEL'
+  | 'SWARM_UNKNOWN_HOST'
+  | 'SWARM_BUSY'
+  | 'SWARM_PIECE_NOT_HELD'
+  | 'SWARM_PEER_FAILED'
+  | 'SWARM_NEEDS_MANIFEST'
+  | 'SCHEDULER_UNREACHABLE'
   // everything else
   | 'SYNTH_INVALID_OPTIONS'
   | 'USAGE'

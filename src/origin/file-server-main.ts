@@ -1,12 +1,13 @@
 /**
  * Runs the file server in a process of its own, so a benchmark can keep the origin's CPU apart from
  * the client it measures: `node dist/src/origin/file-server-main.js --root DIR [--port P] [--host H]
- * [--token T]` prints `{"url": "..."}` as one JSON line once it listens, and stops on SIGINT/SIGTERM.
+ * [--token T] [--rate-mbps R]` prints `{"url": "..."}` as one JSON line once it listens, and stops on SIGINT/SIGTERM.
  */
 
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { WeightcastError } from '../errors.js';
+import { mbpsToBytesPerSecond } from '../util/throttle.js';
 import { startFileServer, type FileServer, type FileServerOptions } from './file-server.js';
 
 export function parseFileServerArgs(argv: readonly string[]): FileServerOptions {
@@ -17,6 +18,7 @@ export function parseFileServerArgs(argv: readonly string[]): FileServerOptions 
       port: { type: 'string' },
       host: { type: 'string' },
       token: { type: 'string' },
+      'rate-mbps': { type: 'string' },
     },
     strict: true,
   });
@@ -25,7 +27,15 @@ export function parseFileServerArgs(argv: readonly string[]): FileServerOptions 
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new WeightcastError('USAGE', `file server: --port must be 0-65535, got ${values.port}`);
   }
+  const rateMbps = values['rate-mbps'] === undefined ? undefined : Number(values['rate-mbps']);
+  if (rateMbps !== undefined && !(Number.isFinite(rateMbps) && rateMbps > 0)) {
+    throw new WeightcastError(
+      'USAGE',
+      `file server: --rate-mbps must be a positive number, got ${values['rate-mbps']}`,
+    );
+  }
   return {
+    ...(rateMbps === undefined ? {} : { rateBytesPerSecond: mbpsToBytesPerSecond(rateMbps) }),
     root: values.root,
     port,
     ...(values.host === undefined ? {} : { host: values.host }),

@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { Transform, Writable, pipeline } from 'node:stream';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import { safeRelativePathProblem } from '../util/safe-path.js';
+import { Throttle } from '../util/throttle.js';
 
 export type FaultAction =
   /** Answer with this status (and `Retry-After` if given) instead of the file. */
@@ -51,6 +52,8 @@ export interface FileServerOptions {
   faults?: FaultHook;
   /** When set, every request must carry `Authorization: Bearer <token>`. */
   token?: string;
+  /** Caps the server's total sending rate (all responses together), like an origin's uplink. */
+  rateBytesPerSecond?: number;
 }
 
 export interface FileServerStats {
@@ -70,6 +73,7 @@ export interface FileServer {
 }
 
 const READ_CHUNK_BYTES = 1024 * 1024;
+const PACE_CHUNK_BYTES = 64 * 1024;
 /** Distinct (method, path, range) keys counted for the fault hook before the counts start over. */
 const FAULT_KEYS_MAX = 100_000;
 
@@ -82,6 +86,7 @@ interface Context {
   faultCounts: Map<string, number>;
   stats: FileServerStats;
   closing: AbortSignal;
+  throttle: Throttle | undefined;
 }
 
 export async function startFileServer(options: FileServerOptions): Promise<FileServer> {
@@ -94,6 +99,7 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
     faultCounts: new Map(),
     stats: { requests: 0, connections: 0, bytesSent: 0 },
     closing: closing.signal,
+    throttle: options.rateBytesPerSecond === undefined ? undefined : new Throttle(options.rateBytesPerSecond),
   };
   const server = createServer({ noDelay: true }, (request, response) => {
     handleRequest(context, request, response).catch(() => response.destroy());
@@ -265,6 +271,13 @@ function streamSlice(context: Context, response: ServerResponse, slice: Slice, f
   const done = (error: Error | null): void => {
     if (error !== null) response.destroy();
   };
+  const throttle = context.throttle;
+  if (throttle !== undefined) {
+    const paced = pacer(throttle, context.closing);
+    if (flipOffset === undefined) pipeline(source, paced, response, done);
+    else pipeline(source, byteFlipper(flipOffset), paced, response, done);
+    return;
+  }
   if (flipOffset === undefined) pipeline(source, response, done);
   else pipeline(source, byteFlipper(flipOffset), response, done);
 }
@@ -290,6 +303,25 @@ function writePrefix(
     pipeline(source, sink, (error) =>
       error === null || error === undefined ? resolve(length) : reject(error),
     );
+  });
+}
+
+/** Passes chunks on no faster than the server-wide rate, in pieces small enough to pace smoothly. */
+function pacer(throttle: Throttle, closing: AbortSignal): Transform {
+  return new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      const push = async (): Promise<void> => {
+        for (let offset = 0; offset < chunk.length; offset += PACE_CHUNK_BYTES) {
+          const part = chunk.subarray(offset, Math.min(chunk.length, offset + PACE_CHUNK_BYTES));
+          await throttle.take(part.length, closing);
+          this.push(part);
+        }
+      };
+      push().then(
+        () => callback(),
+        (error: unknown) => callback(error instanceof Error ? error : new Error(String(error))),
+      );
+    },
   });
 }
 

@@ -7,6 +7,8 @@ import { registerManifest } from './manifest.js';
 import { registerPull } from './pull.js';
 import { registerVerify } from './verify.js';
 import { registerSim } from './sim.js';
+import { registerScheduler } from './scheduler.js';
+import { registerAgent } from './agent.js';
 import { registerSynth } from './synth.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
@@ -17,5 +19,7 @@ export const COMMANDS: RegisterCommand[] = [
   registerManifest,
   registerVerify,
   registerPull,
+  registerScheduler,
+  registerAgent,
   registerSim,
 ];

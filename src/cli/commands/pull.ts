@@ -9,6 +9,9 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
 import { openSource, withTokenOption } from './shared.js';
+import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
+import { mbpsToBytesPerSecond } from '../../util/throttle.js';
+import { WeightcastError } from '../../errors.js';
 
 /** Failures after which running the same pull again makes progress. */
 const RESUMABLE_CODES = new Set<ErrorCode>([
@@ -28,6 +31,12 @@ interface PullFlags {
   pieceSize?: string;
   token?: string;
   json?: boolean;
+  scheduler?: string;
+  agent?: string;
+  listen?: string;
+  advertise?: string;
+  uploadMbps?: string;
+  downloadMbps?: string;
 }
 
 export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
@@ -44,8 +53,20 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
       String(MEMORY_BYTES_DEFAULT / 1024 / 1024),
     )
     .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
+    .option('--scheduler <url>', 'join the swarm of this scheduler (this pull serves peers while it runs)')
+    .option('--agent <url>', 'fetch through the swarm agent running on this machine, then copy out')
+    .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
+    .option('--advertise <url>', 'with --scheduler: the URL peers use to reach this pull')
+    .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
+    .option('--download-mbps <mbit/s>', 'with --scheduler: cap on what this pull receives')
     .option('--json', 'JSON lines on stdout')
-    .action(async (src: string, flags: PullFlags) => setExitCode(await pullCommand(src, flags, io)));
+    .action(async (src: string, flags: PullFlags) =>
+      setExitCode(
+        await (flags.scheduler !== undefined || flags.agent !== undefined
+          ? swarmPullCommand(src, flags, io)
+          : pullCommand(src, flags, io)),
+      ),
+    );
 };
 
 export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
@@ -158,5 +179,111 @@ function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: bool
     case 'file-complete':
       if (json) line('', event);
       break;
+  }
+}
+
+function parseMbpsFlag(text: string | undefined, what: string): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new WeightcastError('USAGE', `${what} must be a positive number, got ${text}`);
+  }
+  return mbpsToBytesPerSecond(value);
+}
+
+function parseListen(text: string): { host: string; port: number } {
+  const match = /^(.*):(\d+)$/.exec(text);
+  const port = match === null ? NaN : Number(match[2]);
+  if (match === null || !Number.isInteger(port) || port > 65535 || (match[1] ?? '') === '') {
+    throw new WeightcastError('USAGE', `--listen must look like HOST:PORT, got ${text}`);
+  }
+  return { host: (match[1] as string).replace(/^\[(.*)\]$/, '$1'), port };
+}
+
+/** `pull --scheduler` (in-process swarm host) and `pull --agent` (through the local agent). */
+async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'pulling', json);
+  try {
+    if (flags.scheduler !== undefined && flags.agent !== undefined) {
+      throw new WeightcastError('USAGE', 'give --scheduler or --agent, not both');
+    }
+    if (flags.manifest === undefined) {
+      throw new WeightcastError(
+        'SWARM_NEEDS_MANIFEST',
+        'a swarm pull needs --manifest: peers are only trusted for bytes that match it',
+      );
+    }
+    const manifest = await loadManifest(flags.manifest, {
+      signal: io.signal,
+      ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+    });
+    const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
+    const started = performance.now();
+    const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void =>
+      progress.update(
+        status.pieceCount === 0
+          ? status.totalBytes
+          : Math.round((status.totalBytes * status.held) / status.pieceCount),
+        status.totalBytes,
+      );
+    let summary: Record<string, unknown>;
+    if (flags.scheduler !== undefined) {
+      const listen = parseListen(flags.listen ?? '127.0.0.1:0');
+      const upload = parseMbpsFlag(flags.uploadMbps, '--upload-mbps');
+      const download = parseMbpsFlag(flags.downloadMbps, '--download-mbps');
+      const result = await swarmPull(src, flags.to, {
+        manifest,
+        schedulerUrl: flags.scheduler,
+        host: listen.host,
+        port: listen.port,
+        signal: io.signal,
+        onProgress,
+        onEvent: (event) => {
+          if (event.type === 'scheduler-lost')
+            progress.log(`weightcast: scheduler lost (${event.reason}); carrying on with known peers`);
+          if (event.type === 'piece' && event.outcome === 'corrupt')
+            progress.log(
+              `weightcast: piece ${event.piece} from a ${event.from} failed verification; fetching it elsewhere`,
+            );
+        },
+        ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
+        ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
+        ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
+        ...(token === undefined || token === '' ? {} : { token }),
+      });
+      summary = { ...result };
+    } else {
+      const { status } = await agentPull(src, flags.to, {
+        manifest,
+        agentUrl: flags.agent as string,
+        signal: io.signal,
+        onProgress,
+        ...(token === undefined || token === '' ? {} : { token }),
+      });
+      summary = {
+        manifestDigest: `sha256:${status.model}`,
+        bytesTotal: status.totalBytes,
+        originBytes: status.originBytes,
+        peerBytes: status.peerBytes,
+        corruptPieces: status.corruptPieces,
+      };
+    }
+    progress.finish();
+    const seconds = (performance.now() - started) / 1000;
+    if (json)
+      io.stdout(JSON.stringify({ event: 'done', verified: true, seconds, to: flags.to, ...summary }) + '\n');
+    else {
+      io.stdout(
+        `pulled ${manifest.files.length} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
+          `${formatBytes(Number(summary['originBytes']))} from the origin, ${formatBytes(Number(summary['peerBytes']))} from peers` +
+          (flags.agent !== undefined ? ' (by the agent)' : '') +
+          `; every piece verified against the manifest\nmodel ${String(summary['manifestDigest'])}\n`,
+      );
+    }
+    return 0;
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
   }
 }

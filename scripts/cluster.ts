@@ -1,0 +1,277 @@
+/**
+ * A swarm on loopback made of real processes: an origin file server (with an upload cap), a
+ * scheduler and N agents (with their own upload/download caps), each a `node` child started by PID
+ * and stopped by PID. The demo, the loopback fan-out benchmark and the multi-process tests all use
+ * it. Every wait here is bounded in time.
+ */
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { encodeManifest, manifestDigest, type Manifest } from '../src/manifest/manifest.js';
+
+const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
+export const CLI = join(ROOT, 'bin', 'weightcast.js');
+const FILE_SERVER = join(ROOT, 'dist', 'src', 'origin', 'file-server-main.js');
+const START_TIMEOUT_MS = 15_000;
+
+export interface ClusterOptions {
+  modelDir: string;
+  manifest: Manifest;
+  /** Work directory: agent caches go in `<workDir>/agent-<i>`. */
+  workDir: string;
+  hosts: number;
+  /** Per-agent upload and download cap; undefined = none. */
+  hostMbps?: number;
+  /** The origin's upload cap; undefined = none. */
+  originMbps?: number;
+  originReaders?: number;
+  /** Agents (by index) that serve corrupted bytes on purpose. */
+  corruptAgents?: readonly number[];
+  hostTimeoutMs?: number;
+  /** Extra lines from the children, for debugging. */
+  log?: (line: string) => void;
+}
+
+export interface Proc {
+  child: ChildProcess;
+  url: string;
+  lines: string[];
+}
+
+export interface AgentStatus {
+  model: string;
+  pieceCount: number;
+  held: number;
+  complete: boolean;
+  totalBytes: number;
+  originBytes: number;
+  peerBytes: number;
+  corruptPieces: number;
+  registered: boolean;
+}
+
+/** Starts `node argv...` and resolves with its URL once it prints one matching `pattern`. */
+export async function startProcess(
+  argv: readonly string[],
+  pattern: RegExp,
+  name: string,
+  log?: (line: string) => void,
+): Promise<Proc> {
+  // Set WEIGHTCAST_PROFILE_DIR to get a CPU profile of every child (node --cpu-prof) for `measure first`.
+  const profile = process.env['WEIGHTCAST_PROFILE_DIR'];
+  const nodeArgs = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+  const child = spawn(process.execPath, [...nodeArgs, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const url = await new Promise<string>((resolveUrl, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${name} did not start within ${START_TIMEOUT_MS} ms: ${lines.join(' | ')}`));
+    }, START_TIMEOUT_MS);
+    const onLine = (line: string): void => {
+      lines.push(line);
+      if (lines.length > 2000) lines.splice(0, 1000);
+      log?.(`${name}: ${line}`);
+      const match = pattern.exec(line);
+      if (match !== null) {
+        clearTimeout(timer);
+        resolveUrl(match[1] as string);
+      }
+    };
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', onLine);
+    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', onLine);
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code ?? signal}) before it started: ${lines.join(' | ')}`));
+    });
+  });
+  return { child, url, lines };
+}
+
+export async function stopProcess(proc: Proc | undefined, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (proc === undefined) return;
+  const { child } = proc;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  // SIGINT lets a profiled child write its profile; the CLI treats it like SIGTERM.
+  child.kill(process.env['WEIGHTCAST_PROFILE_DIR'] ? 'SIGINT' : signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+export class Cluster {
+  origin!: Proc;
+  scheduler!: Proc;
+  readonly agents: Array<Proc | undefined> = [];
+  readonly hex: string;
+  private schedulerPort = 0;
+
+  constructor(readonly options: ClusterOptions) {
+    this.hex = manifestDigest(options.manifest).slice('sha256:'.length);
+  }
+
+  static async start(options: ClusterOptions): Promise<Cluster> {
+    const cluster = new Cluster(options);
+    try {
+      cluster.origin = await startProcess(
+        [
+          FILE_SERVER,
+          '--root',
+          options.modelDir,
+          ...(options.originMbps === undefined ? [] : ['--rate-mbps', String(options.originMbps)]),
+        ],
+        /"url":"([^"]+)"/,
+        'origin',
+        options.log,
+      );
+      await cluster.startScheduler();
+      for (let i = 0; i < options.hosts; i++) await cluster.startAgent(i);
+    } catch (error) {
+      await cluster.close();
+      throw error;
+    }
+    return cluster;
+  }
+
+  get originUrl(): string {
+    return this.origin.url;
+  }
+
+  async startScheduler(): Promise<void> {
+    const { options } = this;
+    this.scheduler = await startProcess(
+      [
+        CLI,
+        'scheduler',
+        '--port',
+        String(this.schedulerPort),
+        ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
+        ...(options.hostTimeoutMs === undefined ? [] : ['--host-timeout-ms', String(options.hostTimeoutMs)]),
+      ],
+      /listening on (\S+)/,
+      'scheduler',
+      options.log,
+    );
+    // A restarted scheduler comes back on the same port, where the agents look for it.
+    this.schedulerPort = Number(new URL(this.scheduler.url).port);
+  }
+
+  async startAgent(index: number): Promise<Proc> {
+    const { options } = this;
+    const caps =
+      options.hostMbps === undefined
+        ? []
+        : ['--upload-mbps', String(options.hostMbps), '--download-mbps', String(options.hostMbps)];
+    const previous = this.agents[index];
+    const port = previous === undefined ? 0 : Number(new URL(previous.url).port);
+    const agent = await startProcess(
+      [
+        CLI,
+        'agent',
+        '--scheduler',
+        this.scheduler.url,
+        '--cache',
+        join(options.workDir, `agent-${index}`),
+        '--port',
+        String(port),
+        ...caps,
+        ...(options.corruptAgents?.includes(index) === true ? ['--inject-corrupt-uploads'] : []),
+      ],
+      /listening on (\S+)/,
+      `agent-${index}`,
+      options.log,
+    );
+    this.agents[index] = agent;
+    return agent;
+  }
+
+  agentUrl(index: number): string {
+    const agent = this.agents[index];
+    if (agent === undefined) throw new Error(`agent ${index} is not running`);
+    return agent.url;
+  }
+
+  cacheFilesDir(index: number): string {
+    return join(this.options.workDir, `agent-${index}`, this.hex, 'files');
+  }
+
+  /** Asks agent `index` to fetch the model. */
+  async join(index: number): Promise<AgentStatus> {
+    const response = await fetch(`${this.agentUrl(index)}/v1/local/models`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        source: this.originUrl,
+        manifest: encodeManifest(this.options.manifest).toString('utf8'),
+      }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    if (!response.ok)
+      throw new Error(`agent ${index} refused the join: ${response.status} ${await response.text()}`);
+    return (await response.json()) as AgentStatus;
+  }
+
+  async status(index: number): Promise<AgentStatus> {
+    const response = await fetch(`${this.agentUrl(index)}/v1/local/models/${this.hex}`, {
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!response.ok) throw new Error(`agent ${index} status: ${response.status} ${await response.text()}`);
+    return (await response.json()) as AgentStatus;
+  }
+
+  async schedulerStatus(): Promise<{
+    originBytesAssigned: number;
+    hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
+  }> {
+    const response = await fetch(`${this.scheduler.url}/v1/swarms/${this.hex}`, {
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!response.ok) throw new Error(`scheduler status: ${response.status} ${await response.text()}`);
+    return (await response.json()) as {
+      originBytesAssigned: number;
+      hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
+    };
+  }
+
+  /**
+   * Polls the given agents until each is complete; returns each one's completion time in ms after
+   * `startedMs` (performance.now() clock). Throws after `timeoutMs`.
+   */
+  async waitComplete(
+    indices: readonly number[],
+    startedMs: number,
+    timeoutMs: number,
+  ): Promise<Map<number, number>> {
+    const done = new Map<number, number>();
+    const deadline = performance.now() + timeoutMs;
+    while (done.size < indices.length) {
+      if (performance.now() > deadline) {
+        const missing = indices.filter((i) => !done.has(i));
+        const states = await Promise.all(missing.map((i) => this.status(i).catch((e: Error) => e.message)));
+        throw new Error(
+          `agents ${missing.join(',')} not complete after ${timeoutMs} ms: ${JSON.stringify(states)}`,
+        );
+      }
+      await Promise.all(
+        indices
+          .filter((i) => !done.has(i))
+          .map(async (i) => {
+            const status = await this.status(i).catch(() => undefined);
+            if (status?.complete === true) done.set(i, performance.now() - startedMs);
+          }),
+      );
+      if (done.size < indices.length) await sleep(25);
+    }
+    return done;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.agents.map((agent) => stopProcess(agent)));
+    await stopProcess(this.scheduler);
+    await stopProcess(this.origin);
+  }
+}

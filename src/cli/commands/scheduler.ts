@@ -1,0 +1,77 @@
+/** `weightcast scheduler --port P`: runs the swarm scheduler until Ctrl-C. */
+
+import type { Command } from 'commander';
+import { WeightcastError } from '../../errors.js';
+import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
+import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
+import { parsePositiveInt } from '../../util/units.js';
+import { reportError, type CliIo } from '../io.js';
+import type { RegisterCommand } from './index.js';
+
+interface SchedulerFlags {
+  port: string;
+  host: string;
+  originReaders: string;
+  hostTimeoutMs: string;
+  seed: string;
+  json?: boolean;
+}
+
+export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  program
+    .command('scheduler')
+    .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
+    .option('--port <port>', 'port to listen on (0 = any)', '7000')
+    .option('--host <address>', 'address to listen on', '127.0.0.1')
+    .option(
+      '--origin-readers <k>',
+      'transfers allowed to read the origin at once',
+      String(SWARM_SERVICE_DEFAULTS.originReaders),
+    )
+    .option(
+      '--host-timeout-ms <ms>',
+      'drop an agent not heard from for this long',
+      String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
+    )
+    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1')
+    .option('--json', 'events as JSON lines on stdout')
+    .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
+};
+
+async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  try {
+    const port = Number(flags.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) {
+      throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
+    }
+    const scheduler = await startScheduler({
+      host: flags.host,
+      port,
+      originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
+      hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
+      randomSeed: parsePositiveInt(flags.seed, '--seed'),
+      onEvent: (event) => {
+        if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
+        else if (event.type === 'swarm-created')
+          io.stdout(`swarm for model ${event.model.slice(0, 16)}: ${event.pieces} pieces\n`);
+        else if (event.type === 'host-registered')
+          io.stdout(`host ${event.host} (${event.name}) registered holding ${event.held} pieces\n`);
+        else io.stdout(`host ${event.host} left\n`);
+      },
+    });
+    io.stdout(
+      json
+        ? JSON.stringify({ event: 'listening', url: scheduler.url }) + '\n'
+        : `weightcast scheduler listening on ${scheduler.url}\n`,
+    );
+    await new Promise<void>((resolve) => {
+      if (io.signal.aborted) resolve();
+      io.signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+    await scheduler.close();
+    return 0;
+  } catch (error) {
+    return reportError(io, error, json);
+  }
+}

@@ -1,0 +1,468 @@
+/**
+ * `weightcast agent`: a long-running swarm host. One HTTP server carries two APIs:
+ *  - the peer API other agents fetch pieces from (`/v1/models/...`), bounded by upload slots and
+ *    answering overload with 503 SWARM_BUSY + Retry-After, capped by `--upload-mbps`;
+ *  - the local API for the same machine (`/v1/local/...`): join a model, ask its progress, and read
+ *    its files by byte range, a read blocking until the pieces under it are verified and marking
+ *    them urgent (lazy loading).
+ * Each joined model is a SwarmMember over a PieceStore in `<cache>/<model hex>/`. The job (source
+ * and manifest) is saved there too, so an agent restarted on the same cache resumes every model with
+ * the pieces it already verified.
+ */
+
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { WeightcastError } from '../../errors.js';
+import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
+import { openOrigin } from '../../origin/open.js';
+import type { Origin } from '../../origin/origin.js';
+import { Throttle } from '../../util/throttle.js';
+import { PieceMap } from '../piece-map.js';
+import { encodeBitfield, modelHex, parseMessage } from '../wire/protocol.js';
+import { readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { SwarmMember, type MemberEvent } from './member.js';
+import { PieceStore, type PieceStoreOptions } from './piece-store.js';
+
+export interface AgentOptions {
+  schedulerUrl: string;
+  /** Where pieces are kept; one folder per model. */
+  cacheDir: string;
+  host?: string;
+  port?: number;
+  /** The URL peers use to reach this agent, when it differs from the listening address. */
+  advertiseUrl?: string;
+  /** Stable name in the swarm; default: kept in `<cache>/agent.json`, made up on first start. */
+  name?: string;
+  zone?: string;
+  rack?: string;
+  /** Caps this agent enforces on itself; undefined = no cap. */
+  uploadBytesPerSecond?: number;
+  downloadBytesPerSecond?: number;
+  /** Concurrent piece uploads; more requests get 503 SWARM_BUSY. Default 8. */
+  uploadsMax?: number;
+  /** Concurrent piece downloads per model. Default 8. */
+  downloadsMax?: number;
+  /** Fault injection for tests: flip one byte of every piece this agent serves. */
+  corruptUploads?: boolean;
+  /** Resume the models found in the cache. Default true. */
+  resume?: boolean;
+  onEvent?: (event: AgentEvent) => void;
+}
+
+export type AgentEvent =
+  | { type: 'joined'; model: string; pieces: number; held: number }
+  | ({ model: string } & MemberEvent)
+  | { type: 'resume-failed'; model: string; reason: string };
+
+export interface JoinOptions {
+  source: string;
+  manifest: Manifest;
+  token?: string;
+  /** Where the model's pieces go; default `<cache>/<hex>/files`, state in `<cache>/<hex>/`. */
+  store?: PieceStoreOptions;
+}
+
+export interface ModelStatus {
+  model: string;
+  pieceCount: number;
+  held: number;
+  complete: boolean;
+  totalBytes: number;
+  originBytes: number;
+  peerBytes: number;
+  corruptPieces: number;
+  registered: boolean;
+}
+
+interface Joined {
+  hex: string;
+  map: PieceMap;
+  store: PieceStore;
+  origin: Origin;
+  member: SwarmMember;
+}
+
+/** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
+const RATE_UNKNOWN = 1.25e9;
+const LOCAL_READS_MAX = 32;
+const UPLOAD_CHUNK_BYTES = 64 * 1024;
+
+const joinSchema = z.object({
+  source: z.string().min(1).max(4096),
+  /** Canonical manifest JSON. */
+  manifest: z.string().min(2),
+  token: z.string().max(8192).optional(),
+});
+
+export class Agent {
+  private readonly joined = new Map<string, Joined>();
+  private readonly joining = new Map<string, Promise<Joined>>();
+  private readonly uploadThrottle: Throttle;
+  private readonly downloadThrottle: Throttle;
+  private uploads = 0;
+  private localReads = 0;
+  private server!: Server;
+  private closing = false;
+  url = '';
+  name = '';
+
+  private constructor(private readonly options: AgentOptions) {
+    this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
+    this.downloadThrottle = new Throttle(options.downloadBytesPerSecond);
+  }
+
+  static async start(options: AgentOptions): Promise<Agent> {
+    const agent = new Agent(options);
+    await mkdir(options.cacheDir, { recursive: true });
+    agent.name = options.name ?? (await agent.loadName());
+    await agent.listen();
+    if (options.resume !== false) await agent.resumeAll();
+    return agent;
+  }
+
+  /** Joins the swarm of a model (idempotent); resolves once the member is running. */
+  async join(options: JoinOptions): Promise<ModelStatus> {
+    const hex = manifestDigest(options.manifest).slice('sha256:'.length);
+    const existing = this.joined.get(hex) ?? (await this.joining.get(hex));
+    if (existing !== undefined) return this.statusOf(existing);
+    const pending = this.doJoin(hex, options);
+    this.joining.set(hex, pending);
+    try {
+      return this.statusOf(await pending);
+    } finally {
+      this.joining.delete(hex);
+    }
+  }
+
+  status(hex: string): ModelStatus {
+    return this.statusOf(this.model(hex));
+  }
+
+  /** Resolves when the model is complete on this host. */
+  async whenComplete(hex: string): Promise<void> {
+    await this.model(hex).member.complete;
+  }
+
+  member(hex: string): SwarmMember {
+    return this.model(hex).member;
+  }
+
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    this.server.closeAllConnections();
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await Promise.allSettled(
+      [...this.joined.values()].map(async (entry) => {
+        await entry.member.close();
+        await entry.store.close();
+        await entry.origin.close();
+      }),
+    );
+    await closed;
+  }
+
+  // ---- models ----------------------------------------------------------------------------------
+
+  private model(hex: string): Joined {
+    const entry = this.joined.get(hex);
+    if (entry === undefined)
+      throw new WeightcastError('SWARM_UNKNOWN_MODEL', `this agent has not joined model ${hex}`);
+    return entry;
+  }
+
+  private statusOf(entry: Joined): ModelStatus {
+    return {
+      model: entry.hex,
+      pieceCount: entry.map.pieceCount,
+      held: entry.store.heldCount,
+      complete: entry.store.complete,
+      totalBytes: entry.map.totalBytes,
+      originBytes: entry.member.stats.originBytes,
+      peerBytes: entry.member.stats.peerBytes,
+      corruptPieces: entry.member.stats.corruptPieces,
+      registered: entry.member.registeredHost !== undefined,
+    };
+  }
+
+  private async doJoin(hex: string, options: JoinOptions): Promise<Joined> {
+    const manifestBytes = encodeManifest(options.manifest);
+    const map = new PieceMap(options.manifest);
+    const modelDir = join(this.options.cacheDir, hex);
+    const storeOptions = options.store ?? { dataDir: join(modelDir, 'files'), stateDir: modelDir };
+    await mkdir(storeOptions.stateDir, { recursive: true });
+    if (options.store === undefined) {
+      await writeFile(join(modelDir, 'manifest.json'), manifestBytes);
+      await writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n');
+    }
+    const origin = openOrigin(options.source, {
+      files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
+      ...(options.token === undefined ? {} : { token: options.token }),
+    });
+    let store: PieceStore;
+    try {
+      store = await PieceStore.open(map, storeOptions);
+    } catch (error) {
+      await origin.close();
+      throw error;
+    }
+    const member = new SwarmMember({
+      model: hex,
+      map,
+      manifestBytes,
+      store,
+      origin,
+      schedulerUrl: this.options.schedulerUrl,
+      identity: {
+        name: `${this.name}/${hex.slice(0, 12)}`,
+        url: this.url,
+        uploadBytesPerSecond: this.options.uploadBytesPerSecond ?? RATE_UNKNOWN,
+        downloadBytesPerSecond: this.options.downloadBytesPerSecond ?? RATE_UNKNOWN,
+        ...(this.options.zone === undefined ? {} : { zone: this.options.zone }),
+        ...(this.options.rack === undefined ? {} : { rack: this.options.rack }),
+      },
+      downloadThrottle: this.downloadThrottle,
+      ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
+      onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
+    });
+    const entry: Joined = { hex, map, store, origin, member };
+    this.joined.set(hex, entry);
+    member.start();
+    this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
+    return entry;
+  }
+
+  private async resumeAll(): Promise<void> {
+    const names = await readdir(this.options.cacheDir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!/^[0-9a-f]{64}$/.test(name)) continue;
+      const dir = join(this.options.cacheDir, name);
+      try {
+        const job = z
+          .object({ source: z.string() })
+          .parse(JSON.parse(await readFile(join(dir, 'job.json'), 'utf8')));
+        const manifestPath = join(dir, 'manifest.json');
+        const manifest = parseManifest(await readFile(manifestPath), manifestPath);
+        if (manifestDigest(manifest) !== `sha256:${name}`)
+          throw new Error('manifest does not match its folder');
+        await this.join({ source: job.source, manifest });
+      } catch (error) {
+        this.options.onEvent?.({ type: 'resume-failed', model: name, reason: (error as Error).message });
+      }
+    }
+  }
+
+  private async loadName(): Promise<string> {
+    const path = join(this.options.cacheDir, 'agent.json');
+    try {
+      const saved = z.object({ name: z.string().min(1) }).parse(JSON.parse(await readFile(path, 'utf8')));
+      return saved.name;
+    } catch {
+      const name = `${hostname()}-${randomBytes(4).toString('hex')}`;
+      await writeFile(path, JSON.stringify({ name }) + '\n');
+      return name;
+    }
+  }
+
+  // ---- HTTP ------------------------------------------------------------------------------------
+
+  private async listen(): Promise<void> {
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((error: unknown) => {
+        if (res.headersSent) res.destroy();
+        else sendError(res, error);
+      });
+    });
+    this.server.keepAliveTimeout = 30_000;
+    this.server.headersTimeout = 30_000;
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.options.port ?? 0, this.options.host ?? '127.0.0.1', () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = this.server.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    this.url = this.options.advertiseUrl ?? `http://${host}:${address.port}`;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://agent');
+    const parts = url.pathname.split('/').filter((part) => part.length > 0);
+    if (url.pathname === '/healthz') return sendJson(res, 200, { ok: true, name: this.name });
+    if (parts[0] !== 'v1') return notFound(req, res);
+    if (parts[1] === 'models' && parts[2] !== undefined) {
+      const hex = parseMessage(modelHex, parts[2], 'model name');
+      if (req.method === 'GET' && parts[3] === 'pieces' && parts.length === 5)
+        return this.servePiece(hex, parts[4] ?? '', res);
+      if (req.method === 'GET' && parts[3] === 'have' && parts.length === 4) {
+        const entry = this.model(hex);
+        return sendJson(res, 200, {
+          pieceCount: entry.map.pieceCount,
+          have: encodeBitfield(entry.map.pieceCount, (piece) => entry.store.has(piece)),
+        });
+      }
+      return notFound(req, res);
+    }
+    if (parts[1] === 'local') {
+      if (!isSameHost(req.socket)) {
+        return sendJson(res, 403, { code: 'FORBIDDEN', message: 'the local API answers only this machine' });
+      }
+      return this.handleLocal(req, res, parts.slice(2));
+    }
+    return notFound(req, res);
+  }
+
+  private async servePiece(hex: string, pieceText: string, res: ServerResponse): Promise<void> {
+    const entry = this.model(hex);
+    const piece = Number(pieceText);
+    if (!Number.isInteger(piece) || piece < 0 || piece >= entry.map.pieceCount) {
+      throw new WeightcastError('SWARM_PROTOCOL', `no piece ${pieceText} in this model`);
+    }
+    if (!entry.store.has(piece))
+      throw new WeightcastError('SWARM_PIECE_NOT_HELD', `piece ${piece} is not held here`);
+    if (this.uploads >= (this.options.uploadsMax ?? 8)) {
+      throw new WeightcastError('SWARM_BUSY', `all ${this.options.uploadsMax ?? 8} upload slots are busy`);
+    }
+    this.uploads++;
+    try {
+      const buffer = Buffer.allocUnsafe(entry.map.pieceLength(piece));
+      await entry.store.read(piece, buffer);
+      if (this.options.corruptUploads === true)
+        buffer[buffer.length >> 1] = (buffer[buffer.length >> 1] ?? 0) ^ 0xff;
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': buffer.length });
+      await this.writeThrottled(res, buffer);
+      res.end();
+    } finally {
+      this.uploads--;
+    }
+  }
+
+  private async writeThrottled(res: ServerResponse, buffer: Buffer): Promise<void> {
+    const chunk = this.uploadThrottle.limited ? UPLOAD_CHUNK_BYTES : buffer.length;
+    for (let offset = 0; offset < buffer.length; offset += chunk) {
+      if (res.destroyed) throw new WeightcastError('ABORTED', 'the peer hung up');
+      const part = buffer.subarray(offset, Math.min(buffer.length, offset + chunk));
+      await this.uploadThrottle.take(part.length);
+      if (!res.write(part)) {
+        await new Promise<void>((resolve) => {
+          const done = (): void => {
+            res.off('drain', done);
+            res.off('close', done);
+            resolve();
+          };
+          res.on('drain', done);
+          res.on('close', done);
+        });
+      }
+    }
+  }
+
+  private async handleLocal(req: IncomingMessage, res: ServerResponse, parts: string[]): Promise<void> {
+    if (parts[0] !== 'models') return notFound(req, res);
+    if (req.method === 'POST' && parts.length === 1) {
+      const body = parseMessage(joinSchema, await readJsonBody(req), 'join request');
+      const manifest = parseManifest(body.manifest, 'the join request manifest');
+      const status = await this.join({
+        source: body.source,
+        manifest,
+        ...(body.token === undefined ? {} : { token: body.token }),
+      });
+      return sendJson(res, 200, status);
+    }
+    const hex = parseMessage(modelHex, parts[1] ?? '', 'model name');
+    if (req.method === 'GET' && parts.length === 2) return sendJson(res, 200, this.status(hex));
+    if ((req.method === 'GET' || req.method === 'HEAD') && parts[2] === 'files' && parts.length > 3) {
+      return this.serveFile(hex, decodeURIComponent(parts.slice(3).join('/')), req, res);
+    }
+    return notFound(req, res);
+  }
+
+  /** Serves a byte range of a model file, waiting for (and hurrying) the pieces under it. */
+  private async serveFile(
+    hex: string,
+    path: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const entry = this.model(hex);
+    const fileIndex = entry.map.manifest.files.findIndex((file) => file.path === path);
+    const file = entry.map.manifest.files[fileIndex];
+    if (file === undefined) throw new WeightcastError('ORIGIN_NOT_FOUND', `model ${hex} has no file ${path}`);
+    const range = parseRange(req.headers.range, file.size);
+    if (range === 'invalid') {
+      res.writeHead(416, { 'content-range': `bytes */${file.size}` }).end();
+      return;
+    }
+    const { start, end } = range ?? { start: 0, end: file.size };
+    const headers: Record<string, string | number> = {
+      'content-type': 'application/octet-stream',
+      'content-length': end - start,
+      'accept-ranges': 'bytes',
+    };
+    if (range !== undefined) headers['content-range'] = `bytes ${start}-${end - 1}/${file.size}`;
+    if (req.method === 'HEAD') {
+      res.writeHead(range === undefined ? 200 : 206, headers).end();
+      return;
+    }
+    if (this.localReads >= LOCAL_READS_MAX)
+      throw new WeightcastError('SWARM_BUSY', 'too many local reads at once');
+    this.localReads++;
+    const abort = new AbortController();
+    res.on('close', () => abort.abort());
+    try {
+      const pieces = entry.map.piecesOfRange(fileIndex, start, end);
+      entry.member.urgent(pieces.filter((piece) => !entry.store.has(piece)));
+      res.writeHead(range === undefined ? 200 : 206, headers);
+      const pieceSize = entry.map.pieceSize;
+      let position = start;
+      for (const piece of pieces) {
+        await entry.store.whenHeld(piece, abort.signal);
+        const pieceEnd = Math.min(end, (Math.floor(position / pieceSize) + 1) * pieceSize);
+        const buffer = Buffer.allocUnsafe(pieceEnd - position);
+        await entry.store.readFileRange(fileIndex, position, buffer);
+        if (!res.write(buffer)) await new Promise<void>((resolve) => res.once('drain', resolve));
+        position = pieceEnd;
+      }
+      res.end();
+    } finally {
+      this.localReads--;
+    }
+  }
+}
+
+function notFound(req: IncomingMessage, res: ServerResponse): void {
+  sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${req.url ?? ''}` });
+}
+
+/** The local API is for processes on this machine: loopback, or a connection to our own address. */
+function isSameHost(socket: Socket): boolean {
+  const remote = socket.remoteAddress ?? '';
+  if (remote === '127.0.0.1' || remote === '::1' || remote.startsWith('::ffff:127.')) return true;
+  return remote !== '' && remote === socket.localAddress;
+}
+
+function parseRange(
+  header: string | undefined,
+  size: number,
+): { start: number; end: number } | undefined | 'invalid' {
+  if (header === undefined) return undefined;
+  const match = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
+  if (match === null) return 'invalid';
+  const [, first = '', last = ''] = match;
+  if (first === '' && last === '') return 'invalid';
+  if (first === '') {
+    const suffix = Number(last);
+    return suffix === 0 ? 'invalid' : { start: Math.max(0, size - suffix), end: size };
+  }
+  const start = Number(first);
+  const end = last === '' ? size : Math.min(size, Number(last) + 1);
+  if (start >= size || end <= start) return 'invalid';
+  return { start, end };
+}

@@ -1,0 +1,527 @@
+/**
+ * A swarm member: one model on one host. It registers with the scheduler, long-polls it for
+ * assignments (the poll is also the heartbeat), fetches each assigned piece from the named peer or
+ * the origin under the host's download cap, hands the bytes to the PieceStore (which verifies them
+ * against the manifest before writing), and reports the outcome on a second, short request so the
+ * poll never has to be torn down.
+ *
+ * Without a scheduler (unreachable, restarting) the member keeps going on its own: it asks the
+ * peers it last heard of which pieces they hold and fetches missing pieces from them, falling back
+ * to the origin for pieces no known peer has, while it keeps trying to register again.
+ */
+
+import { randomInt } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from 'undici';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
+import type { Origin } from '../../origin/origin.js';
+import type { Throttle } from '../../util/throttle.js';
+import type { PieceMap } from '../piece-map.js';
+import {
+  decodeBitfield,
+  encodeBitfield,
+  haveSchema,
+  parseMessage,
+  registeredSchema,
+  syncReplySchema,
+  type Register,
+  type Report,
+  type WireAssignment,
+} from '../wire/protocol.js';
+import { callJson } from '../wire/http-json.js';
+import type { PieceStore } from './piece-store.js';
+
+export interface MemberIdentity {
+  name: string;
+  /** Base URL of this host's piece server, as peers reach it. */
+  url: string;
+  zone?: string;
+  rack?: string;
+  uploadBytesPerSecond: number;
+  downloadBytesPerSecond: number;
+}
+
+export interface MemberOptions {
+  /** The manifest digest's hex: the model's name on the wire. */
+  model: string;
+  map: PieceMap;
+  /** Canonical manifest bytes, sent when the scheduler does not know the model yet. */
+  manifestBytes: Buffer;
+  store: PieceStore;
+  origin: Origin;
+  schedulerUrl: string;
+  identity: MemberIdentity;
+  downloadThrottle: Throttle;
+  /** Pieces fetched at once (assignments beyond it wait). Default 8. */
+  downloadsMax?: number;
+  /** How long one poll may wait at the scheduler. Default 5000 ms. */
+  pollWaitMs?: number;
+  /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
+  peerIdleTimeoutMs?: number;
+  onEvent?: (event: MemberEvent) => void;
+}
+
+export type MemberEvent =
+  | { type: 'registered'; host: number; held: number }
+  | { type: 'scheduler-lost'; reason: string }
+  | {
+      type: 'piece';
+      piece: number;
+      from: 'origin' | 'peer';
+      outcome: Report['outcome'];
+      bytes: number;
+      /** How long the fetch took, from the request to the verified bytes. */
+      ms: number;
+    }
+  | { type: 'complete' };
+
+export interface MemberStats {
+  originBytes: number;
+  peerBytes: number;
+  corruptPieces: number;
+  failedTransfers: number;
+  fallbackPieces: number;
+}
+
+const REGISTER_RETRY_MS = 500;
+const REGISTER_RETRY_MAX_MS = 2000;
+const SCHEDULER_TIMEOUT_MS = 10_000;
+const PEER_HAVE_REFRESH_MS = 1000;
+const FALLBACK_ORIGIN_READS_MAX = 2;
+const ORIGIN_CHUNK_BYTES = 1024 * 1024;
+
+interface Fetch {
+  piece: number;
+  controller: AbortController;
+}
+
+export class SwarmMember {
+  readonly stats: MemberStats = {
+    originBytes: 0,
+    peerBytes: 0,
+    corruptPieces: 0,
+    failedTransfers: 0,
+    fallbackPieces: 0,
+  };
+  private host: number | undefined;
+  private readonly controller = new AbortController();
+  private readonly fetches = new Map<number, Fetch>();
+  private readonly queue: WireAssignment[] = [];
+  private readonly reports: Report[] = [];
+  private readonly urgentPieces = new Set<number>();
+  private reporting = false;
+  private completed = false;
+  /** Set when the scheduler stopped answering; the member then fetches on its own. */
+  private schedulerDown = false;
+  private running = 0;
+  private fallbackRunning = 0;
+  private fallbackOriginReads = 0;
+  private readonly fallbackPieces = new Set<number>();
+  private knownPeers: string[] = [];
+  private peerHave = new Map<string, { at: number; pieces: Set<number> | undefined }>();
+  private loops: Promise<void>[] = [];
+  private completeResolve!: () => void;
+  readonly complete: Promise<void>;
+  private readonly downloadsMax: number;
+
+  constructor(private readonly options: MemberOptions) {
+    this.downloadsMax = options.downloadsMax ?? 8;
+    this.complete = new Promise<void>((resolve) => (this.completeResolve = resolve));
+    if (options.store.complete) {
+      this.completed = true;
+      this.completeResolve();
+    }
+  }
+
+  get registeredHost(): number | undefined {
+    return this.host;
+  }
+
+  start(): void {
+    this.loops.push(this.controlLoop(), this.fallbackLoop());
+  }
+
+  /** Pieces a reader is blocked on: reported to the scheduler, fetched first. */
+  urgent(pieces: readonly number[]): void {
+    let added = false;
+    for (const piece of pieces) {
+      if (this.options.store.has(piece) || this.urgentPieces.has(piece)) continue;
+      this.urgentPieces.add(piece);
+      added = true;
+    }
+    if (added) this.flushReports();
+  }
+
+  /** Leaves the swarm (politely, if the scheduler answers) and stops every transfer. */
+  async close(): Promise<void> {
+    if (this.controller.signal.aborted) return;
+    this.controller.abort(new WeightcastError('ABORTED', 'the swarm member is closing'));
+    for (const fetch of this.fetches.values()) fetch.controller.abort();
+    await Promise.allSettled(this.loops);
+    const host = this.host;
+    this.host = undefined;
+    if (host !== undefined) {
+      await callJson(`${this.swarmUrl()}/hosts/${host}`, 'the scheduler', {
+        method: 'DELETE',
+        timeoutMs: 2000,
+      }).catch(() => undefined);
+    }
+  }
+
+  // ---- scheduler -------------------------------------------------------------------------------
+
+  private swarmUrl(): string {
+    return `${this.options.schedulerUrl.replace(/\/+$/, '')}/v1/swarms/${this.options.model}`;
+  }
+
+  private async controlLoop(): Promise<void> {
+    const signal = this.controller.signal;
+    let backoff = REGISTER_RETRY_MS;
+    while (!signal.aborted) {
+      try {
+        if (this.host === undefined) {
+          await this.register();
+          backoff = REGISTER_RETRY_MS;
+          this.flushReports();
+          continue;
+        }
+        const reply = await this.syncOnce([], this.options.pollWaitMs ?? 5000);
+        if (reply) this.apply(reply);
+      } catch (error) {
+        if (signal.aborted) return;
+        this.loseScheduler(error);
+        await sleep(backoff, undefined, { signal }).catch(() => undefined);
+        backoff = Math.min(REGISTER_RETRY_MAX_MS, backoff * 2);
+      }
+    }
+  }
+
+  private async register(): Promise<void> {
+    const { store, map, identity } = this.options;
+    const message: Register = {
+      name: identity.name,
+      url: identity.url,
+      uploadBytesPerSecond: identity.uploadBytesPerSecond,
+      downloadBytesPerSecond: identity.downloadBytesPerSecond,
+      have: encodeBitfield(map.pieceCount, (piece) => store.has(piece)),
+      ...(identity.zone === undefined ? {} : { zone: identity.zone }),
+      ...(identity.rack === undefined ? {} : { rack: identity.rack }),
+    };
+    const post = (withManifest: boolean): Promise<unknown> =>
+      callJson(`${this.swarmUrl()}/hosts`, 'the scheduler', {
+        method: 'POST',
+        body: withManifest ? { ...message, manifest: this.options.manifestBytes.toString('utf8') } : message,
+        timeoutMs: SCHEDULER_TIMEOUT_MS,
+        signal: this.controller.signal,
+      });
+    let raw: unknown;
+    try {
+      raw = await post(false);
+    } catch (error) {
+      if (!isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
+      raw = await post(true);
+    }
+    const registered = parseMessage(registeredSchema, raw, 'register reply');
+    // Assignments of an earlier registration are void; their fetches may finish, but not report.
+    this.queue.length = 0;
+    this.reports.length = 0;
+    this.host = registered.host;
+    this.schedulerDown = false;
+    this.options.onEvent?.({ type: 'registered', host: registered.host, held: store.heldCount });
+  }
+
+  private async syncOnce(
+    reports: Report[],
+    waitMs: number,
+  ): Promise<ReturnType<typeof syncReplySchema.parse> | undefined> {
+    const host = this.host;
+    if (host === undefined) return undefined;
+    const urgent = [...this.urgentPieces].filter((piece) => !this.options.store.has(piece));
+    const raw = await callJson(`${this.swarmUrl()}/hosts/${host}/sync`, 'the scheduler', {
+      method: 'POST',
+      body: { reports, waitMs, ...(urgent.length > 0 ? { urgent } : {}) },
+      timeoutMs: waitMs + SCHEDULER_TIMEOUT_MS,
+      signal: this.controller.signal,
+    });
+    if (this.host !== host) return undefined;
+    return parseMessage(syncReplySchema, raw, 'sync reply');
+  }
+
+  private loseScheduler(error: unknown): void {
+    const reason = error instanceof Error ? error.message : String(error);
+    if (this.host !== undefined || !isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) {
+      this.options.onEvent?.({ type: 'scheduler-lost', reason });
+    }
+    this.host = undefined;
+    this.queue.length = 0;
+    // Only an unreachable scheduler sends the member out on its own; a refusal just re-registers.
+    if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) this.schedulerDown = true;
+  }
+
+  private flushReports(): void {
+    if (this.reporting || this.host === undefined) return;
+    if (this.reports.length === 0 && this.urgentPieces.size === 0) return;
+    this.reporting = true;
+    const batch = this.reports.splice(0);
+    this.urgentSent();
+    this.syncOnce(batch, 0)
+      .then((reply) => {
+        if (reply) this.apply(reply);
+      })
+      .catch((error: unknown) => {
+        if (!this.controller.signal.aborted && !isWeightcastError(error, 'ABORTED'))
+          this.loseScheduler(error);
+      })
+      .finally(() => {
+        this.reporting = false;
+        if (this.reports.length > 0) this.flushReports();
+      });
+  }
+
+  private urgentSent(): void {
+    // Urgent pieces are re-sent with every sync until held; the core ignores repeats.
+    for (const piece of this.urgentPieces) if (this.options.store.has(piece)) this.urgentPieces.delete(piece);
+  }
+
+  private apply(reply: { assignments: WireAssignment[]; cancellations: number[]; peers: string[] }): void {
+    if (reply.peers.length > 0) this.knownPeers = reply.peers;
+    for (const transferId of reply.cancellations) {
+      this.fetches.get(transferId)?.controller.abort();
+      const queued = this.queue.findIndex((a) => a.transferId === transferId);
+      if (queued >= 0) this.queue.splice(queued, 1);
+    }
+    for (const assignment of reply.assignments) {
+      if (assignment.piece >= this.options.map.pieceCount) continue;
+      if (this.options.store.has(assignment.piece)) {
+        this.report({ transferId: assignment.transferId, outcome: 'verified' });
+        continue;
+      }
+      this.queue.push(assignment);
+    }
+    this.pump();
+  }
+
+  private report(report: Report): void {
+    this.reports.push(report);
+    this.flushReports();
+  }
+
+  // ---- transfers -------------------------------------------------------------------------------
+
+  private pump(): void {
+    while (this.running < this.downloadsMax && this.queue.length > 0) {
+      const assignment = this.queue.shift() as WireAssignment;
+      this.running++;
+      void this.runAssignment(assignment).finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
+
+  private async runAssignment(assignment: WireAssignment): Promise<void> {
+    const host = this.host;
+    const controller = new AbortController();
+    const signal = AbortSignal.any([controller.signal, this.controller.signal]);
+    this.fetches.set(assignment.transferId, { piece: assignment.piece, controller });
+    try {
+      const source = assignment.from === 'origin' ? 'origin' : assignment.from;
+      const { outcome, bytesPerSecond } = await this.fetchPiece(assignment.piece, source, signal);
+      if (controller.signal.aborted || this.host !== host) return;
+      this.report({
+        transferId: assignment.transferId,
+        outcome,
+        ...(bytesPerSecond === undefined ? {} : { bytesPerSecond }),
+      });
+    } finally {
+      this.fetches.delete(assignment.transferId);
+    }
+  }
+
+  /** Fetches, verifies and stores one piece; never throws (the outcome says what happened). */
+  private async fetchPiece(
+    piece: number,
+    /** 'origin', or the base URL of a peer. */
+    source: string,
+    signal: AbortSignal,
+  ): Promise<{ outcome: Report['outcome']; bytesPerSecond?: number }> {
+    const length = this.options.map.pieceLength(piece);
+    const started = performance.now();
+    let bytes: Buffer;
+    try {
+      bytes =
+        source === 'origin'
+          ? await this.readOrigin(piece, signal)
+          : await this.readPeer(source, piece, signal);
+    } catch {
+      if (signal.aborted) return { outcome: 'cancelled' };
+      this.stats.failedTransfers++;
+      this.options.onEvent?.({
+        type: 'piece',
+        piece,
+        from: source === 'origin' ? 'origin' : 'peer',
+        outcome: 'failed',
+        bytes: 0,
+        ms: performance.now() - started,
+      });
+      return { outcome: 'failed' };
+    }
+    const seconds = Math.max(1e-6, (performance.now() - started) / 1000);
+    let result;
+    try {
+      result = await this.options.store.put(piece, bytes);
+    } catch {
+      if (signal.aborted) return { outcome: 'cancelled' };
+      return { outcome: 'failed' };
+    }
+    const from = source === 'origin' ? 'origin' : 'peer';
+    if (result === 'corrupt') {
+      this.stats.corruptPieces++;
+      this.options.onEvent?.({
+        type: 'piece',
+        piece,
+        from,
+        outcome: 'corrupt',
+        bytes: length,
+        ms: seconds * 1000,
+      });
+      return { outcome: 'corrupt' };
+    }
+    if (from === 'origin') this.stats.originBytes += length;
+    else this.stats.peerBytes += length;
+    this.options.onEvent?.({
+      type: 'piece',
+      piece,
+      from,
+      outcome: 'verified',
+      bytes: length,
+      ms: seconds * 1000,
+    });
+    this.urgentPieces.delete(piece);
+    if (this.options.store.complete && !this.completed) {
+      this.completed = true;
+      this.completeResolve();
+      this.options.onEvent?.({ type: 'complete' });
+    }
+    return { outcome: 'verified', bytesPerSecond: length / seconds };
+  }
+
+  private async readOrigin(piece: number, signal: AbortSignal): Promise<Buffer> {
+    const where = this.options.map.locate(piece);
+    const buffer = Buffer.allocUnsafe(where.length);
+    const throttle = this.options.downloadThrottle;
+    // Under a download cap the piece is read in chunks so the cap is honoured while it arrives.
+    const chunk = throttle.limited ? ORIGIN_CHUNK_BYTES : where.length;
+    for (let done = 0; done < where.length; done += chunk) {
+      const part = buffer.subarray(done, Math.min(where.length, done + chunk));
+      await this.options.origin.readInto(where.file.path, where.offset + done, part, { signal });
+      await throttle.take(part.length, signal);
+    }
+    return buffer;
+  }
+
+  private async readPeer(peerUrl: string, piece: number, signal: AbortSignal): Promise<Buffer> {
+    const length = this.options.map.pieceLength(piece);
+    const idle = this.options.peerIdleTimeoutMs ?? 10_000;
+    const url = `${peerUrl.replace(/\/+$/, '')}/v1/models/${this.options.model}/pieces/${piece}`;
+    const response = await request(url, { signal, headersTimeout: idle, bodyTimeout: idle });
+    if (response.statusCode !== 200) {
+      await response.body.dump().catch(() => undefined);
+      throw new WeightcastError(
+        'SWARM_PEER_FAILED',
+        `${peerUrl} answered ${response.statusCode} for piece ${piece}`,
+      );
+    }
+    const declared = Number(response.headers['content-length']);
+    if (declared !== length) {
+      response.body.destroy();
+      throw new WeightcastError(
+        'SWARM_PEER_FAILED',
+        `${peerUrl} sent ${declared} bytes for a ${length}-byte piece`,
+      );
+    }
+    const buffer = Buffer.allocUnsafe(length);
+    let filled = 0;
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      if (filled + chunk.length > length) {
+        response.body.destroy();
+        throw new WeightcastError('SWARM_PEER_FAILED', `${peerUrl} sent more than ${length} bytes`);
+      }
+      chunk.copy(buffer, filled);
+      filled += chunk.length;
+      await this.options.downloadThrottle.take(chunk.length, signal);
+    }
+    if (filled !== length)
+      throw new WeightcastError('SWARM_PEER_FAILED', `${peerUrl} sent ${filled} of ${length} bytes`);
+    return buffer;
+  }
+
+  // ---- fallback without a scheduler ------------------------------------------------------------
+
+  private async fallbackLoop(): Promise<void> {
+    const signal = this.controller.signal;
+    while (!signal.aborted && !this.options.store.complete) {
+      await sleep(200, undefined, { signal }).catch(() => undefined);
+      if (signal.aborted || this.host !== undefined || !this.schedulerDown) continue;
+      await this.refreshPeerHave(signal);
+      this.fallbackPump(signal);
+    }
+  }
+
+  private async refreshPeerHave(signal: AbortSignal): Promise<void> {
+    const now = performance.now();
+    await Promise.all(
+      this.knownPeers.map(async (peer) => {
+        const known = this.peerHave.get(peer);
+        if (known !== undefined && now - known.at < PEER_HAVE_REFRESH_MS) return;
+        let pieces: Set<number> | undefined;
+        try {
+          const raw = await callJson(`${peer}/v1/models/${this.options.model}/have`, 'a peer', {
+            timeoutMs: 2000,
+            signal,
+          });
+          const have = parseMessage(haveSchema, raw, 'have');
+          pieces = new Set(decodeBitfield(have.have, this.options.map.pieceCount));
+        } catch {
+          pieces = undefined;
+        }
+        this.peerHave.set(peer, { at: now, pieces });
+      }),
+    );
+  }
+
+  private fallbackPump(signal: AbortSignal): void {
+    const { store, map } = this.options;
+    const missing: number[] = [];
+    for (let piece = 0; piece < map.pieceCount; piece++) {
+      if (!store.has(piece) && !this.fallbackPieces.has(piece)) missing.push(piece);
+    }
+    const urgentFirst = missing.filter((piece) => this.urgentPieces.has(piece));
+    while (this.fallbackRunning < this.downloadsMax && missing.length > 0 && this.host === undefined) {
+      const piece = urgentFirst.pop() ?? missing.splice(randomInt(missing.length), 1)[0];
+      if (piece === undefined) break;
+      if (this.fallbackPieces.has(piece) || store.has(piece)) continue;
+      const holders = [...this.peerHave.entries()]
+        .filter(([, v]) => v.pieces?.has(piece) === true)
+        .map(([k]) => k);
+      let source: string;
+      if (holders.length > 0) source = holders[randomInt(holders.length)] as string;
+      else if (this.fallbackOriginReads < FALLBACK_ORIGIN_READS_MAX) source = 'origin';
+      else continue;
+      this.fallbackPieces.add(piece);
+      this.fallbackRunning++;
+      if (source === 'origin') this.fallbackOriginReads++;
+      void this.fetchPiece(piece, source, signal)
+        .then((result) => {
+          if (result.outcome === 'verified') this.stats.fallbackPieces++;
+          if (result.outcome !== 'verified' && source !== 'origin') this.peerHave.delete(source);
+        })
+        .finally(() => {
+          this.fallbackPieces.delete(piece);
+          this.fallbackRunning--;
+          if (source === 'origin') this.fallbackOriginReads--;
+          if (this.host === undefined && !signal.aborted) this.fallbackPump(signal);
+        });
+    }
+  }
+}

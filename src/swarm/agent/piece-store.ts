@@ -1,0 +1,339 @@
+/**
+ * The verified piece store of one model on one host: the model's files, written piece by piece at
+ * their offsets, and a journal of the pieces that were verified and written. Nothing enters the store
+ * without matching the manifest's SHA-256 (`put` hashes it), and nothing is served from it unless the
+ * journal says it was verified, so a peer can never make this host store or serve a wrong byte.
+ *
+ * Layout: files live under `dataDir` at their model paths (sparse until filled); `stateDir` holds
+ * `journal` (one line per verified piece, see pull/journal.ts) and `store.json` (which model, which
+ * boot). With `finalDir` (a pull's destination) a file is synced and renamed from `dataDir` into
+ * `finalDir` once every piece of it is verified, so a file under its final name is always complete;
+ * its open handle keeps serving peers after the rename.
+ *
+ * Restart: within one boot the journal is trusted (a kill -9 loses no written bytes); after a reboot
+ * journaled pieces are hashed again before they count.
+ */
+
+import { createHash } from 'node:crypto';
+import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { WeightcastError } from '../../errors.js';
+import { manifestDigest } from '../../manifest/manifest.js';
+import { JournalWriter, bootId, readJournal } from '../../pull/journal.js';
+import type { PieceMap } from '../piece-map.js';
+
+export interface PieceStoreOptions {
+  dataDir: string;
+  stateDir: string;
+  /** Move each completed file here (a pull's destination). Without it files stay in `dataDir`. */
+  finalDir?: string;
+}
+
+export type PutResult = 'stored' | 'duplicate' | 'corrupt';
+
+interface FileState {
+  handle: FileHandle;
+  remaining: number;
+  final: boolean;
+}
+
+export class PieceStore {
+  private readonly held: Uint8Array;
+  private heldPieces = 0;
+  private readonly files: FileState[] = [];
+  private readonly waiters = new Map<number, Array<() => void>>();
+  /** Puts in progress, so a second copy of the same piece waits instead of counting twice. */
+  private readonly writing = new Map<number, Promise<void>>();
+  private closed = false;
+
+  private constructor(
+    readonly map: PieceMap,
+    private readonly options: PieceStoreOptions,
+    private readonly journal: JournalWriter,
+  ) {
+    this.held = new Uint8Array(map.pieceCount);
+  }
+
+  /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
+  static async open(map: PieceMap, options: PieceStoreOptions): Promise<PieceStore> {
+    await mkdir(options.stateDir, { recursive: true });
+    await mkdir(options.dataDir, { recursive: true });
+    const model = manifestDigest(map.manifest);
+    const boot = await bootId();
+    const statePath = join(options.stateDir, 'store.json');
+    const journalPath = join(options.stateDir, 'journal');
+    let previous: { model?: string; boot?: string } = {};
+    try {
+      previous = JSON.parse(await readFile(statePath, 'utf8')) as typeof previous;
+    } catch {
+      previous = {};
+    }
+    if (previous.model !== undefined && previous.model !== model) {
+      // Another model's pieces: nothing in the journal applies.
+      await rm(journalPath, { force: true });
+    }
+    const rehash = previous.boot !== undefined && previous.boot !== boot;
+    const records = previous.model === model ? await readJournal(journalPath) : [];
+    await writeFile(statePath, JSON.stringify({ model, boot }) + '\n');
+    const store = new PieceStore(map, options, await JournalWriter.open(journalPath));
+    try {
+      await store.openFiles();
+      await store.restore(records, rehash);
+      await store.finishCompleteFiles();
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
+    return store;
+  }
+
+  get heldCount(): number {
+    return this.heldPieces;
+  }
+
+  get complete(): boolean {
+    return this.heldPieces === this.map.pieceCount;
+  }
+
+  has(piece: number): boolean {
+    return this.held[piece] === 1;
+  }
+
+  /** Verifies `bytes` against the manifest and stores them; corrupt bytes are never written. */
+  async put(piece: number, bytes: Uint8Array): Promise<PutResult> {
+    const where = this.map.locate(piece);
+    if (bytes.length !== where.length) return 'corrupt';
+    if (createHash('sha256').update(bytes).digest('hex') !== where.digest) return 'corrupt';
+    if (this.has(piece)) return 'duplicate';
+    const running = this.writing.get(piece);
+    if (running !== undefined) {
+      await running;
+      return 'duplicate';
+    }
+    this.assertOpen();
+    const write = this.writeVerified(piece, bytes);
+    this.writing.set(piece, write);
+    try {
+      await write;
+    } finally {
+      this.writing.delete(piece);
+    }
+    return 'stored';
+  }
+
+  private async writeVerified(piece: number, bytes: Uint8Array): Promise<void> {
+    const where = this.map.locate(piece);
+    const file = this.files[where.fileIndex] as FileState;
+    await writeFully(file.handle, bytes, where.offset);
+    await this.journal.append({ file: where.fileIndex, piece: where.piece, digest: where.digest });
+    this.mark(piece);
+    file.remaining--;
+    if (file.remaining === 0) await this.finishFile(where.fileIndex);
+  }
+
+  /** Reads a verified piece into `target` (at least the piece's length); returns the length. */
+  async read(piece: number, target: Uint8Array): Promise<number> {
+    if (!this.has(piece)) {
+      throw new WeightcastError('SWARM_PIECE_NOT_HELD', `piece ${piece} is not held here`, { piece });
+    }
+    this.assertOpen();
+    const where = this.map.locate(piece);
+    const file = this.files[where.fileIndex] as FileState;
+    await readFully(file.handle, target.subarray(0, where.length), where.offset);
+    return where.length;
+  }
+
+  /** Reads bytes of a file; the caller has made sure every piece under the range is held. */
+  async readFileRange(fileIndex: number, offset: number, target: Uint8Array): Promise<void> {
+    this.assertOpen();
+    const file = this.files[fileIndex];
+    if (file === undefined) throw new RangeError(`no file ${fileIndex}`);
+    await readFully(file.handle, target, offset);
+  }
+
+  /** Resolves once `piece` is held (immediately if it is). */
+  whenHeld(piece: number, signal?: AbortSignal): Promise<void> {
+    if (this.has(piece)) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const list = this.waiters.get(piece) ?? [];
+      const onAbort = (): void => {
+        const current = this.waiters.get(piece);
+        const index = current?.indexOf(wake) ?? -1;
+        if (current !== undefined && index >= 0) current.splice(index, 1);
+        reject(signal?.reason instanceof Error ? signal.reason : new WeightcastError('ABORTED', 'aborted'));
+      };
+      const wake = (): void => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      if (signal?.aborted === true) {
+        onAbort();
+        return;
+      }
+      signal?.addEventListener('abort', onAbort, { once: true });
+      list.push(wake);
+      this.waiters.set(piece, list);
+    });
+  }
+
+  /** Where file `fileIndex` lives now (its final name once complete, with `finalDir`). */
+  pathOf(fileIndex: number): string {
+    const file = this.map.manifest.files[fileIndex];
+    if (file === undefined) throw new RangeError(`no file ${fileIndex}`);
+    const state = this.files[fileIndex];
+    const base =
+      state?.final === true && this.options.finalDir !== undefined
+        ? this.options.finalDir
+        : this.options.dataDir;
+    return join(base, file.path);
+  }
+
+  async sync(): Promise<void> {
+    await Promise.all(this.files.map((file) => file.handle.datasync()));
+    await this.journal.sync();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.journal.close().catch(() => undefined);
+    await Promise.all(this.files.map((file) => file.handle.close().catch(() => undefined)));
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new WeightcastError('ABORTED', 'the piece store is closed');
+  }
+
+  private mark(piece: number): void {
+    if (this.held[piece] === 1) return;
+    this.held[piece] = 1;
+    this.heldPieces++;
+    const waiting = this.waiters.get(piece);
+    if (waiting === undefined) return;
+    this.waiters.delete(piece);
+    for (const wake of waiting) wake();
+  }
+
+  private async openFiles(): Promise<void> {
+    for (const file of this.map.manifest.files) {
+      const dataPath = join(this.options.dataDir, file.path);
+      const finalPath =
+        this.options.finalDir === undefined ? undefined : join(this.options.finalDir, file.path);
+      // A completed pull file already sits at its final name; it is adopted below if it verifies.
+      const atFinal =
+        finalPath !== undefined &&
+        (await stat(dataPath).catch(() => undefined)) === undefined &&
+        (await stat(finalPath).catch(() => undefined))?.isFile() === true;
+      const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
+      await mkdir(dirname(path), { recursive: true });
+      const handle = await open(path, atFinal ? 'r' : await openFlags(path));
+      try {
+        const size = (await handle.stat()).size;
+        if (!atFinal && size !== file.size) await handle.truncate(file.size);
+      } catch (error) {
+        await handle.close();
+        throw error;
+      }
+      this.files.push({ handle, remaining: file.pieces.length, final: atFinal });
+    }
+  }
+
+  private async restore(
+    records: ReadonlyArray<{ file: number; piece: number; digest: string }>,
+    rehash: boolean,
+  ): Promise<void> {
+    for (const record of records) {
+      const file = this.map.manifest.files[record.file];
+      const state = this.files[record.file];
+      if (file === undefined || state === undefined || state.final) continue;
+      if (record.piece >= file.pieces.length || file.pieces[record.piece] !== record.digest) continue;
+      const global = this.map.globalIndex(record.file, record.piece);
+      if (this.has(global)) continue;
+      if (rehash && !(await this.verifyOnDisk(global))) continue;
+      this.mark(global);
+      state.remaining--;
+    }
+    // Files found at their final names count only if every byte matches.
+    for (let index = 0; index < this.files.length; index++) {
+      const state = this.files[index] as FileState;
+      if (!state.final) continue;
+      const file = this.map.manifest.files[index];
+      const size = (await state.handle.stat()).size;
+      let good = size === file?.size;
+      const pieces = file === undefined ? 0 : file.pieces.length;
+      for (let p = 0; good && p < pieces; p++) good = await this.verifyOnDisk(this.map.globalIndex(index, p));
+      if (!good) {
+        throw new WeightcastError(
+          'PULL_DESTINATION_CONFLICT',
+          `${this.pathOf(index)} exists and does not match the manifest; move it away first`,
+          { file: this.pathOf(index) },
+        );
+      }
+      for (let p = 0; p < pieces; p++) this.mark(this.map.globalIndex(index, p));
+      state.remaining = 0;
+    }
+  }
+
+  private async verifyOnDisk(piece: number): Promise<boolean> {
+    const where = this.map.locate(piece);
+    const state = this.files[where.fileIndex] as FileState;
+    const buffer = Buffer.allocUnsafe(where.length);
+    try {
+      await readFully(state.handle, buffer, where.offset);
+    } catch {
+      return false;
+    }
+    return createHash('sha256').update(buffer).digest('hex') === where.digest;
+  }
+
+  private async finishCompleteFiles(): Promise<void> {
+    for (let index = 0; index < this.files.length; index++) {
+      const state = this.files[index] as FileState;
+      if (state.remaining === 0 && !state.final) await this.finishFile(index);
+    }
+  }
+
+  private async finishFile(fileIndex: number): Promise<void> {
+    const state = this.files[fileIndex] as FileState;
+    await state.handle.datasync();
+    if (this.options.finalDir === undefined || state.final) return;
+    const file = this.map.manifest.files[fileIndex];
+    if (file === undefined) return;
+    const target = join(this.options.finalDir, file.path);
+    await mkdir(dirname(target), { recursive: true });
+    const existing = await stat(target).catch(() => undefined);
+    if (existing?.isDirectory() === true) {
+      throw new WeightcastError(
+        'PULL_DESTINATION_CONFLICT',
+        `${target} is a directory, but the model has a file there`,
+        {
+          file: target,
+        },
+      );
+    }
+    await rename(join(this.options.dataDir, file.path), target);
+    state.final = true;
+  }
+}
+
+async function openFlags(path: string): Promise<'r+' | 'w+'> {
+  return (await stat(path).catch(() => undefined)) === undefined ? 'w+' : 'r+';
+}
+
+async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+  let done = 0;
+  while (done < bytes.length) {
+    const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, position + done);
+    if (bytesWritten <= 0) throw new WeightcastError('IO', 'write made no progress');
+    done += bytesWritten;
+  }
+}
+
+async function readFully(handle: FileHandle, target: Uint8Array, position: number): Promise<void> {
+  let done = 0;
+  while (done < target.length) {
+    const { bytesRead } = await handle.read(target, done, target.length - done, position + done);
+    if (bytesRead <= 0) throw new WeightcastError('IO', `short read at ${position + done}`);
+    done += bytesRead;
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * `weightcast scheduler`: the HTTP face of the swarm services. It keeps one SwarmService per model
+ * (created by the first agent that registers with the manifest), answers syncs at once when there is
+ * work and otherwise holds them open (long poll, which is also the heartbeat), and ticks every swarm
+ * on a short interval so timeouts and silent hosts are handled. All scheduling lives in the core.
+ */
+
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { WeightcastError } from '../../errors.js';
+import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
+import { PieceMap } from '../piece-map.js';
+import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
+import { readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
+
+export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
+  host?: string;
+  port?: number;
+  /** Models the scheduler serves at once. */
+  swarmsMax?: number;
+  /** Hosts per model. */
+  hostsMax?: number;
+  onEvent?: (event: SchedulerEvent) => void;
+}
+
+export type SchedulerEvent =
+  | { type: 'swarm-created'; model: string; pieces: number; bytes: number }
+  | { type: 'host-registered'; model: string; host: number; name: string; held: number }
+  | { type: 'host-left'; model: string; host: number };
+
+export interface SchedulerServer {
+  url: string;
+  swarms: ReadonlyMap<string, SwarmService>;
+  close(): Promise<void>;
+}
+
+const TICK_MS = 100;
+
+export async function startScheduler(options: SchedulerOptions = {}): Promise<SchedulerServer> {
+  const serviceOptions: SwarmServiceOptions = {
+    ...SWARM_SERVICE_DEFAULTS,
+    ...Object.fromEntries(
+      Object.entries(options).filter(([key, value]) => key in SWARM_SERVICE_DEFAULTS && value !== undefined),
+    ),
+  };
+  const swarmsMax = options.swarmsMax ?? 64;
+  const hostsMax = options.hostsMax ?? 4096;
+  const swarms = new Map<string, SwarmService>();
+  const started = performance.now();
+  const now = (): number => performance.now() - started;
+  const openSyncs = new Set<ServerResponse>();
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://scheduler');
+    const parts = url.pathname.split('/').filter((part) => part.length > 0);
+    if (req.method === 'GET' && url.pathname === '/healthz') return sendJson(res, 200, { ok: true });
+    if (parts[0] !== 'v1' || parts[1] !== 'swarms' || parts[2] === undefined) {
+      return sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method} ${url.pathname}` });
+    }
+    const model = parseMessage(modelHex, parts[2], 'model name');
+    if (req.method === 'GET' && parts.length === 3) return sendJson(res, 200, swarmOf(model).status());
+    if (parts[3] !== 'hosts') return sendJson(res, 404, { code: 'NOT_FOUND', message: 'no such route' });
+    if (req.method === 'POST' && parts.length === 4) return register(model, req, res);
+    const host = Number(parts[4]);
+    if (!Number.isInteger(host) || host < 0) throw new WeightcastError('SWARM_PROTOCOL', 'bad host id');
+    if (req.method === 'POST' && parts[5] === 'sync' && parts.length === 6)
+      return sync(model, host, req, res);
+    if (req.method === 'DELETE' && parts.length === 5) {
+      swarmOf(model).leave(now(), host);
+      options.onEvent?.({ type: 'host-left', model, host });
+      res.writeHead(204).end();
+      return;
+    }
+    sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method} ${url.pathname}` });
+  };
+
+  const swarmOf = (model: string): SwarmService => {
+    const swarm = swarms.get(model);
+    if (swarm === undefined) {
+      throw new WeightcastError(
+        'SWARM_UNKNOWN_MODEL',
+        `no swarm for model ${model}; register with its manifest`,
+      );
+    }
+    return swarm;
+  };
+
+  const register = async (model: string, req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const message = parseMessage(registerSchema, await readJsonBody(req), 'register');
+    let swarm = swarms.get(model);
+    if (swarm === undefined) {
+      if (message.manifest === undefined) {
+        throw new WeightcastError(
+          'SWARM_UNKNOWN_MODEL',
+          `no swarm for model ${model}; register with its manifest`,
+        );
+      }
+      const manifest = parseManifest(message.manifest, 'the registered manifest');
+      const digest = manifestDigest(manifest);
+      if (digest !== `sha256:${model}`) {
+        throw new WeightcastError(
+          'MANIFEST_DIGEST_MISMATCH',
+          `manifest digest is ${digest}, not sha256:${model}`,
+        );
+      }
+      if (swarms.size >= swarmsMax) {
+        throw new WeightcastError('LIMIT_EXCEEDED', `the scheduler already serves ${swarmsMax} models`);
+      }
+      const map = new PieceMap(manifest);
+      swarm = new SwarmService(model, map, serviceOptions);
+      swarms.set(model, swarm);
+      options.onEvent?.({ type: 'swarm-created', model, pieces: map.pieceCount, bytes: map.totalBytes });
+    }
+    if (swarm.hostCount >= hostsMax)
+      throw new WeightcastError('SWARM_BUSY', `the swarm already has ${hostsMax} hosts`);
+    const registered = swarm.register(now(), message);
+    options.onEvent?.({
+      type: 'host-registered',
+      model,
+      host: registered.host,
+      name: message.name,
+      held: swarm.core.heldCount(registered.host),
+    });
+    sendJson(res, 200, registered);
+  };
+
+  const sync = async (
+    model: string,
+    host: number,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> => {
+    const message = parseMessage(syncSchema, await readJsonBody(req), 'sync');
+    const swarm = swarmOf(model);
+    swarm.sync(now(), host, message);
+    if (swarm.hasReply(host) || message.waitMs === 0) return sendJson(res, 200, swarm.takeReply(host));
+    // Nothing to do yet: hold the request until work appears, the wait ends, or the agent hangs up.
+    openSyncs.add(res);
+    await new Promise<void>((resolve) => {
+      const finish = (): void => {
+        clearTimeout(timer);
+        res.off('close', finish);
+        swarm.unpark(host, finish);
+        openSyncs.delete(res);
+        resolve();
+      };
+      const timer = setTimeout(finish, message.waitMs);
+      res.on('close', finish);
+      swarm.park(host, finish);
+    });
+    swarm.touch(now(), host);
+    if (res.destroyed) return;
+    try {
+      sendJson(res, 200, swarm.takeReply(host));
+    } catch (error) {
+      sendError(res, error);
+    }
+  };
+
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => sendError(res, error));
+  });
+  server.keepAliveTimeout = 60_000;
+  server.requestTimeout = 0;
+  server.headersTimeout = 30_000;
+  const ticker = setInterval(() => {
+    const t = now();
+    for (const swarm of swarms.values()) swarm.tick(t);
+  }, TICK_MS);
+  ticker.unref();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const hostPart = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${hostPart}:${address.port}`,
+    swarms,
+    close: async () => {
+      clearInterval(ticker);
+      for (const res of openSyncs) res.destroy();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

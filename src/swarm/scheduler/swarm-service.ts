@@ -1,0 +1,305 @@
+/**
+ * One model's swarm inside the scheduler: the pure SwarmCore plus what the shell must remember
+ * around it: each host's name and piece-server URL, the assignments and cancellations waiting for
+ * its next sync, a parked sync request to answer as soon as there is work, and when it was last
+ * heard from. Time comes from the caller (`nowMs`), so this class is testable without waiting;
+ * the timers that drive `tick` live in scheduler-server.ts.
+ */
+
+import { WeightcastError } from '../../errors.js';
+import { SwarmCore } from '../core/index.js';
+import { ORIGIN, type Assignment, type SwarmConfig } from '../core/index.js';
+import type { PieceMap } from '../piece-map.js';
+import {
+  decodeBitfield,
+  type Register,
+  type Registered,
+  type Sync,
+  type SyncReply,
+  type SwarmStatus,
+  type WireAssignment,
+} from '../wire/protocol.js';
+
+export interface SwarmServiceOptions {
+  /** At most this many transfers read the origin at once (`--origin-readers`). */
+  originReaders: number;
+  /** Upload rate the core assumes for the origin when planning (it only ranks, never limits). */
+  originBytesPerSecond: number;
+  downloadsPerHost: number;
+  uploadsPerHost: number;
+  /** A host not heard from for this long is dropped and its transfers re-planned. */
+  hostTimeoutMs: number;
+  randomSeed: number;
+}
+
+export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
+  originReaders: 4,
+  originBytesPerSecond: 1.25e9,
+  downloadsPerHost: 4,
+  uploadsPerHost: 4,
+  hostTimeoutMs: 10_000,
+  randomSeed: 1,
+};
+
+/** Peers a sync reply lists for the agent's fallback mode. */
+const PEERS_LISTED_MAX = 64;
+/** Rounds of cancel-then-replan in one distribute; each round only follows cancellations. */
+const DISTRIBUTE_ROUNDS_MAX = 8;
+
+interface HostEntry {
+  id: number;
+  name: string;
+  url: string;
+  lastSeenMs: number;
+  outbox: WireAssignment[];
+  cancels: number[];
+  /** A sync waiting for work: call it to answer now. */
+  wake?: () => void;
+}
+
+export class SwarmService {
+  readonly core: SwarmCore;
+  private readonly hosts = new Map<number, HostEntry>();
+  private readonly byName = new Map<string, number>();
+  private readonly transferHost = new Map<number, { host: number; piece: number; from: number }>();
+  private readonly freeIds: number[] = [];
+  private nextId = 0;
+  originBytes = 0;
+
+  constructor(
+    readonly model: string,
+    readonly map: PieceMap,
+    private readonly options: SwarmServiceOptions,
+  ) {
+    const lastLength = map.pieceCount === 0 ? 0 : map.pieceLength(map.pieceCount - 1);
+    const config: SwarmConfig = {
+      pieceCount: Math.max(1, map.pieceCount),
+      pieceBytes: map.pieceSize,
+      // The core sizes every piece but the last alike; per-file short pieces only skew its estimate
+      // of origin bytes, which the service counts exactly itself.
+      totalBytes: Math.max(1, (map.pieceCount - 1) * map.pieceSize + lastLength),
+      originUploadBytesPerSecond: options.originBytesPerSecond,
+      originReadersMax: options.originReaders,
+      downloadsPerHostMax: options.downloadsPerHost,
+      uploadsPerHostMax: options.uploadsPerHost,
+      hedgeTailPieces: Math.max(2, options.downloadsPerHost),
+      randomSeed: options.randomSeed,
+    };
+    this.core = new SwarmCore(config);
+  }
+
+  get hostCount(): number {
+    return this.hosts.size;
+  }
+
+  register(nowMs: number, message: Register): Registered {
+    const held = decodeBitfield(message.have, this.map.pieceCount);
+    // An agent that restarted registers under the same name: its old self is gone.
+    const previous = this.byName.get(message.name);
+    if (previous !== undefined) this.drop(nowMs, previous);
+    const id = this.freeIds.pop() ?? this.nextId++;
+    const entry: HostEntry = {
+      id,
+      name: message.name,
+      url: message.url,
+      lastSeenMs: nowMs,
+      outbox: [],
+      cancels: [],
+    };
+    this.hosts.set(id, entry);
+    this.byName.set(message.name, id);
+    this.core.addHost(
+      nowMs,
+      {
+        id,
+        uploadBytesPerSecond: message.uploadBytesPerSecond,
+        downloadBytesPerSecond: message.downloadBytesPerSecond,
+        ...(message.zone === undefined ? {} : { zone: message.zone }),
+        ...(message.rack === undefined ? {} : { rack: message.rack }),
+      },
+      held,
+    );
+    this.distribute(nowMs);
+    return { host: id, pieceCount: this.map.pieceCount, hostTimeoutMs: this.options.hostTimeoutMs };
+  }
+
+  /** Applies a sync's reports and urgent pieces; the reply is taken with `takeReply`. */
+  sync(nowMs: number, host: number, message: Sync): void {
+    const entry = this.entry(host);
+    entry.lastSeenMs = nowMs;
+    for (const report of message.reports) {
+      const transfer = this.transferHost.get(report.transferId);
+      // Reports about transfers this host does not own are ignored, never trusted.
+      if (transfer === undefined || transfer.host !== host) continue;
+      this.transferHost.delete(report.transferId);
+      this.core.handleTransfer(nowMs, {
+        transferId: report.transferId,
+        outcome: report.outcome,
+        ...(report.bytesPerSecond === undefined ? {} : { bytesPerSecond: report.bytesPerSecond }),
+      });
+    }
+    const urgent = (message.urgent ?? []).filter((piece) => piece < this.map.pieceCount);
+    if (urgent.length > 0) this.core.prioritize(nowMs, host, urgent);
+    this.distribute(nowMs);
+  }
+
+  hasReply(host: number): boolean {
+    const entry = this.hosts.get(host);
+    return entry !== undefined && (entry.outbox.length > 0 || entry.cancels.length > 0);
+  }
+
+  takeReply(host: number): SyncReply {
+    const entry = this.entry(host);
+    const reply: SyncReply = {
+      assignments: entry.outbox.splice(0),
+      cancellations: entry.cancels.splice(0),
+      peers: this.peersFor(host),
+    };
+    return reply;
+  }
+
+  /** Parks a sync until there is work for it (or `leave`/timeout); `wake` answers it. */
+  park(host: number, wake: () => void): void {
+    const entry = this.entry(host);
+    entry.wake?.();
+    entry.wake = wake;
+  }
+
+  unpark(host: number, wake: () => void): void {
+    const entry = this.hosts.get(host);
+    if (entry?.wake === wake) delete entry.wake;
+  }
+
+  leave(nowMs: number, host: number): void {
+    this.entry(host);
+    this.drop(nowMs, host);
+    this.distribute(nowMs);
+  }
+
+  /** Drives the core's own timers and drops hosts that went silent; returns when to call again. */
+  tick(nowMs: number): number | undefined {
+    for (const entry of [...this.hosts.values()]) {
+      if (nowMs - entry.lastSeenMs > this.options.hostTimeoutMs && entry.wake === undefined) {
+        this.drop(nowMs, entry.id);
+      }
+    }
+    const due = this.core.pollTimeout();
+    if (due !== undefined && due <= nowMs) this.core.handleTimeout(nowMs);
+    this.distribute(nowMs);
+    return this.core.pollTimeout();
+  }
+
+  /** A parked sync counts as contact: the host is alive while its request is open. */
+  touch(nowMs: number, host: number): void {
+    const entry = this.hosts.get(host);
+    if (entry !== undefined) entry.lastSeenMs = nowMs;
+  }
+
+  status(): SwarmStatus {
+    const stats = this.core.stats;
+    return {
+      model: this.model,
+      pieceCount: this.map.pieceCount,
+      totalBytes: this.map.totalBytes,
+      hosts: [...this.hosts.values()].map((entry) => ({
+        host: entry.id,
+        name: entry.name,
+        url: entry.url,
+        held: this.core.heldCount(entry.id),
+        complete: this.core.isComplete(entry.id),
+        demoted: this.core.isDemoted(entry.id),
+        banned: this.core.isBanned(entry.id),
+      })),
+      originBytesAssigned: this.originBytes,
+      transfersVerified: stats.transfersVerified,
+      transfersCorrupt: stats.transfersCorrupt,
+      transfersFailed: stats.transfersFailed,
+    };
+  }
+
+  private entry(host: number): HostEntry {
+    const entry = this.hosts.get(host);
+    if (entry === undefined) {
+      throw new WeightcastError(
+        'SWARM_UNKNOWN_HOST',
+        `host ${host} is not registered in this swarm; register again`,
+      );
+    }
+    return entry;
+  }
+
+  private drop(nowMs: number, host: number): void {
+    const entry = this.hosts.get(host);
+    if (entry === undefined) return;
+    this.core.removeHost(nowMs, host);
+    for (const [transferId, transfer] of this.transferHost) {
+      if (transfer.host === host) this.transferHost.delete(transferId);
+    }
+    this.hosts.delete(host);
+    if (this.byName.get(entry.name) === host) this.byName.delete(entry.name);
+    this.freeIds.push(host);
+    entry.wake?.();
+  }
+
+  /**
+   * Moves the core's new assignments and cancellations into the hosts' outboxes, waking syncs. A
+   * cancelled transfer is closed in the core at once (the agent is told to stop, but its slot does
+   * not wait for an agent that may be slow or gone to confirm), which may free slots for new
+   * assignments: hence the bounded loop.
+   */
+  private distribute(nowMs: number): void {
+    const woken = new Set<HostEntry>();
+    for (let round = 0; round < DISTRIBUTE_ROUNDS_MAX; round++) {
+      this.route(this.core.pollAssignments(nowMs), woken);
+      const cancelled = this.core.pollCancellations();
+      if (cancelled.length === 0) break;
+      for (const transferId of cancelled) {
+        const transfer = this.transferHost.get(transferId);
+        this.transferHost.delete(transferId);
+        this.core.handleTransfer(nowMs, { transferId, outcome: 'cancelled' });
+        const entry = transfer === undefined ? undefined : this.hosts.get(transfer.host);
+        if (entry === undefined) continue;
+        entry.cancels.push(transferId);
+        woken.add(entry);
+      }
+    }
+    for (const entry of woken) {
+      const wake = entry.wake;
+      delete entry.wake;
+      wake?.();
+    }
+  }
+
+  private route(assignments: readonly Assignment[], woken: Set<HostEntry>): void {
+    for (const assignment of assignments) {
+      const entry = this.hosts.get(assignment.host);
+      if (entry === undefined) continue;
+      const from = assignment.from === ORIGIN ? undefined : this.hosts.get(assignment.from);
+      if (assignment.from !== ORIGIN && from === undefined) continue;
+      this.transferHost.set(assignment.transferId, {
+        host: assignment.host,
+        piece: assignment.piece,
+        from: assignment.from,
+      });
+      if (assignment.from === ORIGIN) this.originBytes += this.map.pieceLength(assignment.piece);
+      entry.outbox.push({
+        transferId: assignment.transferId,
+        piece: assignment.piece,
+        from: from === undefined ? 'origin' : from.url,
+        ...(from === undefined ? {} : { peer: from.id }),
+        hedge: assignment.hedge,
+      });
+      woken.add(entry);
+    }
+  }
+
+  private peersFor(host: number): string[] {
+    const out: string[] = [];
+    for (const entry of this.hosts.values()) {
+      if (entry.id === host) continue;
+      out.push(entry.url);
+      if (out.length >= PEERS_LISTED_MAX) break;
+    }
+    return out;
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The few HTTP helpers the scheduler and agents share: read a JSON body under a size limit, answer
+ * with JSON or a typed error body `{code, message}`, and call a JSON endpoint with a timeout.
+ */
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { request } from 'undici';
+import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
+import { JSON_BODY_BYTES_MAX, errorBodySchema } from './protocol.js';
+
+export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BYTES_MAX): Promise<unknown> {
+  const declared = Number(req.headers['content-length'] ?? '0');
+  if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+  } catch {
+    throw new WeightcastError('SWARM_PROTOCOL', 'request body is not valid JSON');
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  const bytes = Buffer.from(JSON.stringify(body));
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length });
+  res.end(bytes);
+}
+
+/** HTTP status for an error code a server answers with. */
+export function statusOf(code: ErrorCode): number {
+  switch (code) {
+    case 'SWARM_PROTOCOL':
+    case 'MANIFEST_INVALID':
+    case 'MANIFEST_UNSAFE_PATH':
+    case 'MANIFEST_SIZE_MISMATCH':
+    case 'MANIFEST_DIGEST_MISMATCH':
+    case 'USAGE':
+      return 400;
+    case 'SWARM_UNKNOWN_HOST':
+    case 'SWARM_PIECE_NOT_HELD':
+    case 'ORIGIN_NOT_FOUND':
+      return 404;
+    case 'SWARM_UNKNOWN_MODEL':
+      return 409;
+    case 'LIMIT_EXCEEDED':
+    case 'MANIFEST_TOO_LARGE':
+      return 413;
+    case 'SWARM_BUSY':
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+export function sendError(res: ServerResponse, error: unknown): void {
+  if (isWeightcastError(error)) {
+    const status = statusOf(error.code);
+    if (status === 503 && !res.headersSent) res.setHeader('retry-after', '1');
+    sendJson(res, status, { code: error.code, message: error.message });
+    return;
+  }
+  sendJson(res, 500, { code: 'INTERNAL', message: (error as Error)?.message ?? String(error) });
+}
+
+export interface CallOptions {
+  method?: 'GET' | 'POST' | 'DELETE';
+  body?: unknown;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * Calls a JSON endpoint. Network failures become SCHEDULER_UNREACHABLE (`what` names the peer);
+ * an error answer becomes a WeightcastError with the code the server sent, when it is one of ours.
+ */
+export async function callJson(url: string, what: string, options: CallOptions): Promise<unknown> {
+  const timeout = AbortSignal.timeout(options.timeoutMs);
+  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  let response;
+  try {
+    response = await request(url, {
+      method: options.method ?? 'GET',
+      signal,
+      ...(options.body === undefined
+        ? {}
+        : { body: JSON.stringify(options.body), headers: { 'content-type': 'application/json' } }),
+    });
+  } catch (error) {
+    if (options.signal?.aborted === true)
+      throw new WeightcastError('ABORTED', `${what}: aborted`, {}, { cause: error });
+    throw new WeightcastError(
+      'SCHEDULER_UNREACHABLE',
+      `${what} at ${url} did not answer: ${(error as Error).message}`,
+      { url },
+      { cause: error },
+    );
+  }
+  let text: string;
+  try {
+    text = await response.body.text();
+  } catch (error) {
+    throw new WeightcastError(
+      'SCHEDULER_UNREACHABLE',
+      `${what} at ${url} broke off: ${(error as Error).message}`,
+      {
+        url,
+      },
+    );
+  }
+  let parsed: unknown = undefined;
+  if (text.length > 0) {
+    try {
+      parsed = JSON.parse(text) as unknown;
+    } catch {
+      throw new WeightcastError(
+        'SWARM_PROTOCOL',
+        `${what} at ${url} answered ${response.statusCode} with non-JSON`,
+      );
+    }
+  }
+  if (response.statusCode >= 200 && response.statusCode < 300) return parsed;
+  const error = errorBodySchema.safeParse(parsed);
+  if (error.success && KNOWN_CODES.has(error.data.code)) {
+    throw new WeightcastError(error.data.code as ErrorCode, `${what}: ${error.data.message}`, {
+      url,
+      status: response.statusCode,
+    });
+  }
+  throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${response.statusCode}`, {
+    url,
+    status: response.statusCode,
+  });
+}
+
+const KNOWN_CODES = new Set<string>([
+  'SWARM_PROTOCOL',
+  'SWARM_UNKNOWN_MODEL',
+  'SWARM_UNKNOWN_HOST',
+  'SWARM_BUSY',
+  'SWARM_PIECE_NOT_HELD',
+  'SWARM_NEEDS_MANIFEST',
+  'MANIFEST_INVALID',
+  'MANIFEST_UNSAFE_PATH',
+  'MANIFEST_SIZE_MISMATCH',
+  'MANIFEST_DIGEST_MISMATCH',
+  'MANIFEST_TOO_LARGE',
+  'LIMIT_EXCEEDED',
+  'USAGE',
+  'ORIGIN_NOT_FOUND',
+]);

@@ -1,0 +1,161 @@
+/**
+ * The swarm's wire protocol, one place for every message that crosses a socket: agent <-> scheduler
+ * (register, sync, leave) and agent <-> agent (pieces, have-maps). Bodies are JSON, checked with zod
+ * on arrival because they come from other machines; piece bodies are raw bytes.
+ *
+ * Scheduler API (JSON):
+ *   POST   /v1/swarms/:model/hosts            Register   -> Registered  (409 SWARM_UNKNOWN_MODEL: send the manifest)
+ *   POST   /v1/swarms/:model/hosts/:id/sync   Sync       -> SyncReply   (404 SWARM_UNKNOWN_HOST: register again)
+ *   DELETE /v1/swarms/:model/hosts/:id                   -> 204
+ *   GET    /v1/swarms/:model                             -> SwarmStatus
+ *   GET    /healthz                                      -> {"ok":true}
+ * Agent peer API:
+ *   GET /v1/models/:model/pieces/:index  -> the piece's bytes (404 not held, 503 busy + Retry-After)
+ *   GET /v1/models/:model/have           -> Have (a bitfield of verified pieces)
+ * `:model` is the manifest digest's hex (64 characters); pieces are global indices (see PieceMap).
+ */
+
+import { z } from 'zod';
+import { WeightcastError } from '../../errors.js';
+
+/** Largest JSON body either side accepts; a register with a big manifest is the largest message. */
+export const JSON_BODY_BYTES_MAX = 64 * 1024 * 1024;
+/** Transfers reported or assigned in one sync, each way. */
+export const SYNC_ITEMS_MAX = 4096;
+/** Longest a sync may wait for work before it answers empty (it doubles as the heartbeat). */
+export const SYNC_WAIT_MS_MAX = 30_000;
+
+export const modelHex = z.string().regex(/^[0-9a-f]{64}$/, 'expected the manifest digest as 64 hex digits');
+
+const rate = z.number().finite().positive().max(1e13);
+const label = z.string().min(1).max(128);
+
+export const registerSchema = z.object({
+  /** Stable name of the agent (survives restarts), for logs and status. */
+  name: z.string().min(1).max(256),
+  /** Base URL where peers fetch pieces from this host, e.g. http://10.0.0.2:7100. */
+  url: z.string().url().max(2048),
+  zone: label.optional(),
+  rack: label.optional(),
+  uploadBytesPerSecond: rate,
+  downloadBytesPerSecond: rate,
+  /** Verified pieces already held: a base64 bitfield (see encodeBitfield). */
+  have: z.string().max(64 * 1024 * 1024),
+  /** The canonical manifest bytes (utf8 JSON), needed the first time the scheduler sees the model. */
+  manifest: z.string().max(JSON_BODY_BYTES_MAX).optional(),
+});
+export type Register = z.infer<typeof registerSchema>;
+
+export const registeredSchema = z.object({
+  host: z.number().int().nonnegative(),
+  pieceCount: z.number().int().nonnegative(),
+  /** How often the scheduler expects a sync before it drops the host. */
+  hostTimeoutMs: z.number().int().positive(),
+});
+export type Registered = z.infer<typeof registeredSchema>;
+
+export const outcomeSchema = z.enum(['verified', 'corrupt', 'failed', 'cancelled']);
+
+export const reportSchema = z.object({
+  transferId: z.number().int().nonnegative(),
+  outcome: outcomeSchema,
+  bytesPerSecond: z.number().finite().nonnegative().optional(),
+});
+export type Report = z.infer<typeof reportSchema>;
+
+export const syncSchema = z.object({
+  reports: z.array(reportSchema).max(SYNC_ITEMS_MAX),
+  /** Pieces that should come first because a reader is waiting on them. */
+  urgent: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX).optional(),
+  /** How long the scheduler may hold the request when it has nothing to say. */
+  waitMs: z.number().int().nonnegative().max(SYNC_WAIT_MS_MAX),
+});
+export type Sync = z.infer<typeof syncSchema>;
+
+export const assignmentSchema = z.object({
+  transferId: z.number().int().nonnegative(),
+  piece: z.number().int().nonnegative(),
+  /** Where to fetch: "origin", or a peer's base URL. */
+  from: z.string().max(2048),
+  /** The peer's host id, absent for the origin. */
+  peer: z.number().int().nonnegative().optional(),
+  hedge: z.boolean(),
+});
+export type WireAssignment = z.infer<typeof assignmentSchema>;
+
+export const syncReplySchema = z.object({
+  assignments: z.array(assignmentSchema).max(SYNC_ITEMS_MAX),
+  cancellations: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX),
+  /** Peers this host may use on its own if the scheduler goes away: base URLs. */
+  peers: z.array(z.string().max(2048)).max(1024),
+});
+export type SyncReply = z.infer<typeof syncReplySchema>;
+
+export const swarmStatusSchema = z.object({
+  model: modelHex,
+  pieceCount: z.number().int(),
+  totalBytes: z.number(),
+  hosts: z.array(
+    z.object({
+      host: z.number().int(),
+      name: z.string(),
+      url: z.string(),
+      held: z.number().int(),
+      complete: z.boolean(),
+      demoted: z.boolean(),
+      banned: z.boolean(),
+    }),
+  ),
+  originBytesAssigned: z.number(),
+  transfersVerified: z.number(),
+  transfersCorrupt: z.number(),
+  transfersFailed: z.number(),
+});
+export type SwarmStatus = z.infer<typeof swarmStatusSchema>;
+
+export const haveSchema = z.object({ pieceCount: z.number().int().nonnegative(), have: z.string() });
+export type Have = z.infer<typeof haveSchema>;
+
+export const errorBodySchema = z.object({ code: z.string(), message: z.string() });
+
+/** Parses an external message or throws SWARM_PROTOCOL naming what was wrong. */
+export function parseMessage<T>(schema: z.ZodType<T>, raw: unknown, what: string): T {
+  const parsed = schema.safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const where = issue === undefined ? '' : ` at ${issue.path.join('.') || '(root)'}: ${issue.message}`;
+  throw new WeightcastError('SWARM_PROTOCOL', `malformed ${what}${where}`);
+}
+
+/** Bit i of the bitfield is piece i; byte i >> 3, least significant bit first. */
+export function encodeBitfield(pieceCount: number, has: (piece: number) => boolean): string {
+  const bytes = Buffer.alloc(Math.ceil(pieceCount / 8));
+  for (let piece = 0; piece < pieceCount; piece++) {
+    if (has(piece)) bytes[piece >> 3] = (bytes[piece >> 3] ?? 0) | (1 << (piece & 7));
+  }
+  return bytes.toString('base64');
+}
+
+/** The pieces set in a base64 bitfield, or SWARM_PROTOCOL when it does not fit `pieceCount`. */
+export function decodeBitfield(encoded: string, pieceCount: number): number[] {
+  const bytes = Buffer.from(encoded, 'base64');
+  if (bytes.length !== Math.ceil(pieceCount / 8)) {
+    throw new WeightcastError(
+      'SWARM_PROTOCOL',
+      `bitfield has ${bytes.length} bytes, expected ${Math.ceil(pieceCount / 8)} for ${pieceCount} pieces`,
+    );
+  }
+  const out: number[] = [];
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i] ?? 0;
+    if (byte === 0) continue;
+    for (let bit = 0; bit < 8; bit++) {
+      if ((byte & (1 << bit)) === 0) continue;
+      const piece = i * 8 + bit;
+      if (piece >= pieceCount)
+        throw new WeightcastError('SWARM_PROTOCOL', 'bitfield sets bits past the last piece');
+      out.push(piece);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,166 @@
+/**
+ * The real swarm, as separate processes on loopback: an origin file server, a scheduler and agents
+ * started with the CLI. Every test checks the copies byte for byte against the origin's files.
+ */
+
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildManifest } from '../../src/manifest/build.js';
+import type { Manifest } from '../../src/manifest/manifest.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { synthesizeModel } from '../../src/synth/synth.js';
+import { Cluster } from '../../scripts/cluster.js';
+import { identicalToOrigin } from '../../scripts/swarm-demo-check.js';
+import { tempDir } from '../helpers/fixtures.js';
+
+const PIECE = 128 * 1024;
+let work: { path: string; cleanup: () => Promise<void> };
+let modelDir: string;
+let manifest: Manifest;
+let size: number;
+
+before(async () => {
+  work = await tempDir('cluster');
+  modelDir = join(work.path, 'origin');
+  const model = await synthesizeModel({
+    dir: modelDir,
+    arch: 'llama',
+    dtype: 'bf16',
+    sizeBytes: 6 * 1024 * 1024,
+    shards: 2,
+    seed: 3,
+  });
+  size = model.totalBytes;
+  const local = new LocalOrigin(modelDir);
+  manifest = await buildManifest(local, { pieceSize: PIECE }).finally(() => local.close());
+});
+
+after(async () => {
+  await work.cleanup();
+});
+
+async function withCluster(
+  name: string,
+  options: {
+    hosts: number;
+    hostMbps?: number;
+    originMbps?: number;
+    corruptAgents?: number[];
+    hostTimeoutMs?: number;
+  },
+  body: (cluster: Cluster) => Promise<void>,
+): Promise<void> {
+  const cluster = await Cluster.start({ modelDir, manifest, workDir: join(work.path, name), ...options });
+  try {
+    await body(cluster);
+  } finally {
+    await cluster.close();
+  }
+}
+
+async function assertCopies(cluster: Cluster, indices: readonly number[]): Promise<void> {
+  for (const i of indices) {
+    assert.ok(
+      await identicalToOrigin(cluster.cacheFilesDir(i), modelDir, manifest),
+      `agent ${i}'s copy differs from the origin`,
+    );
+  }
+}
+
+const all = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
+  it('delivers identical copies to every agent with the origin sending each byte about once', async () => {
+    await withCluster('basic', { hosts: 4, hostMbps: 80, originMbps: 80 }, async (cluster) => {
+      const started = performance.now();
+      await Promise.all(all(4).map((i) => cluster.join(i)));
+      await cluster.waitComplete(all(4), started, 60_000);
+      await assertCopies(cluster, all(4));
+      const status = await cluster.schedulerStatus();
+      const originShare = status.originBytesAssigned / size;
+      // A naive pull would cost 4 x S at the origin.
+      assert.ok(originShare <= 1.5, `origin sent ${originShare.toFixed(2)} x S`);
+    });
+  });
+
+  it('delivers 0 corrupt bytes when an agent serves corrupted pieces, and demotes that agent', async () => {
+    await withCluster(
+      'corrupt',
+      { hosts: 4, hostMbps: 80, originMbps: 40, corruptAgents: [0] },
+      async (cluster) => {
+        const started = performance.now();
+        await Promise.all(all(4).map((i) => cluster.join(i)));
+        await cluster.waitComplete(all(4), started, 60_000);
+        await assertCopies(cluster, all(4));
+        const statuses = await Promise.all([1, 2, 3].map((i) => cluster.status(i)));
+        const caught = statuses.reduce((sum, s) => sum + s.corruptPieces, 0);
+        assert.ok(caught > 0, 'no corrupt piece was ever served, so the test proves nothing');
+        const view = await cluster.schedulerStatus();
+        const bad = view.hosts.find((h) => h.url === cluster.agentUrl(0));
+        assert.ok(
+          bad !== undefined && (bad.demoted || bad.banned),
+          `agent 0 not penalised: ${JSON.stringify(bad)}`,
+        );
+      },
+    );
+  });
+
+  it('resumes an agent killed with kill -9 without refetching the pieces it had verified', async () => {
+    await withCluster('kill9', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {
+      const started = performance.now();
+      await Promise.all(all(3).map((i) => cluster.join(i)));
+      for (let tries = 0; tries < 400; tries++) {
+        if ((await cluster.status(2)).held >= 8) break;
+        await sleep(20);
+      }
+      const before = (await cluster.status(2)).held;
+      assert.ok(
+        before > 0 && before < (await cluster.status(2)).pieceCount,
+        `agent 2 held ${before} pieces when killed`,
+      );
+      cluster.agents[2]!.child.kill('SIGKILL');
+      await sleep(200);
+      // The restarted agent finds the model in its cache and resumes it without being asked.
+      const restarted = await cluster.startAgent(2);
+      const resumed = (await cluster.status(2)).held;
+      assert.ok(resumed >= before, `resumed with ${resumed} pieces, had ${before} verified before kill -9`);
+      assert.ok(
+        restarted.lines.some((line) => /joined, \d+ of/.test(line)),
+        restarted.lines.join('\n'),
+      );
+      await cluster.waitComplete(all(3), started, 60_000);
+      const after = await cluster.status(2);
+      const fetched = after.originBytes + after.peerBytes;
+      assert.ok(
+        fetched <= size - resumed * PIECE + 2 * PIECE,
+        `refetched: ${fetched} bytes after resuming ${resumed} pieces`,
+      );
+      await assertCopies(cluster, all(3));
+    });
+  });
+
+  it('completes when the scheduler is killed mid-run, and agents register again when it is back', async () => {
+    await withCluster('scheduler-kill', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {
+      const started = performance.now();
+      await Promise.all(all(3).map((i) => cluster.join(i)));
+      for (let tries = 0; tries < 400; tries++) {
+        if ((await cluster.status(0)).held >= 6) break;
+        await sleep(20);
+      }
+      cluster.scheduler.child.kill('SIGKILL');
+      await cluster.waitComplete(all(3), started, 60_000);
+      await assertCopies(cluster, all(3));
+      const registrations = (i: number): number =>
+        cluster.agents[i]!.lines.filter((line) => line.includes('registered with the scheduler')).length;
+      await cluster.startScheduler();
+      for (let tries = 0; tries < 200 && !all(3).every((i) => registrations(i) >= 2); tries++)
+        await sleep(50);
+      assert.ok(
+        all(3).every((i) => registrations(i) >= 2),
+        'agents did not register with the restarted scheduler',
+      );
+    });
+  });
+});

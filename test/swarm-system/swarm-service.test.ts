@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { describe, it } from 'node:test';
+import type { Manifest } from '../../src/manifest/manifest.js';
+import { merkleRoot } from '../../src/manifest/merkle.js';
+import { PieceMap } from '../../src/swarm/piece-map.js';
+import { SWARM_SERVICE_DEFAULTS, SwarmService } from '../../src/swarm/scheduler/swarm-service.js';
+import { encodeBitfield, type Report, type WireAssignment } from '../../src/swarm/wire/protocol.js';
+
+function fakeManifest(pieces: number, pieceSize = 65536): Manifest {
+  const digests = Array.from({ length: pieces }, (_, i) =>
+    createHash('sha256').update(`p${i}`).digest('hex'),
+  );
+  return {
+    pieceSize,
+    files: [{ path: 'w.bin', size: pieces * pieceSize, merkleRoot: merkleRoot(digests), pieces: digests }],
+  };
+}
+
+function register(service: SwarmService, now: number, name: string, held: readonly number[] = []): number {
+  const set = new Set(held);
+  return service.register(now, {
+    name,
+    url: `http://127.0.0.1:1/${name}`,
+    uploadBytesPerSecond: 1e8,
+    downloadBytesPerSecond: 1e8,
+    have: encodeBitfield(service.map.pieceCount, (p) => set.has(p)),
+  }).host;
+}
+
+describe('SwarmService (scheduler shell, fake time)', () => {
+  it('drives hosts to completion with the origin sending each piece about once and no transfer left open', () => {
+    const seed = 7;
+    const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(40)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      originReaders: 2,
+      randomSeed: seed,
+    });
+    let now = 0;
+    const hosts = ['h0', 'h1', 'h2', 'h3', 'h4'].map((name) => register(service, now, name));
+    const pending = new Map<number, WireAssignment[]>(hosts.map((h) => [h, []]));
+    const cancelled = new Set<number>();
+    for (let round = 0; round < 500 && !hosts.every((h) => service.core.isComplete(h)); round++) {
+      now += 10;
+      for (const host of hosts) {
+        // Each host finishes the oldest of its transfers per round (a deterministic, uneven pace).
+        const queue = pending.get(host)!;
+        const reports: Report[] = [];
+        // h0 is slow, so its last pieces get hedged and the losing twins cancelled.
+        const done =
+          host === hosts[0] ? (round % 4 === 0 ? queue.splice(0, 1) : []) : queue.splice(0, 1 + (round % 2));
+        for (const assignment of done) {
+          if (!cancelled.has(assignment.transferId))
+            reports.push({ transferId: assignment.transferId, outcome: 'verified' });
+        }
+        service.sync(now, host, { reports, waitMs: 0 });
+        const reply = service.takeReply(host);
+        for (const id of reply.cancellations) cancelled.add(id);
+        queue.push(...reply.assignments);
+      }
+    }
+    assert.ok(
+      hosts.every((h) => service.core.isComplete(h)),
+      `not complete (seed ${seed})`,
+    );
+    assert.ok(cancelled.size > 0, `no transfer was cancelled, so this test proves nothing (seed ${seed})`);
+    const origin = service.status().originBytesAssigned / service.map.totalBytes;
+    assert.ok(origin <= 1.2, `origin sent ${origin} x S (seed ${seed})`);
+    // Cancelled transfers are closed by the service itself, so nothing stays in flight.
+    service.tick(now + 1);
+    assert.equal(
+      service.core.stats.transfersAssigned,
+      service.core.stats.transfersVerified +
+        service.core.stats.transfersCancelled +
+        service.core.stats.transfersFailed +
+        service.core.stats.transfersCorrupt,
+    );
+  });
+
+  it('ignores reports about transfers of other hosts and drops hosts that go silent', () => {
+    const service = new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(4)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      hostTimeoutMs: 1000,
+    });
+    const a = register(service, 0, 'a');
+    const b = register(service, 0, 'b');
+    service.sync(0, a, { reports: [], waitMs: 0 });
+    const toA = service.takeReply(a).assignments;
+    assert.ok(toA.length > 0);
+    // b claims a's transfer: nothing changes for a.
+    service.sync(1, b, {
+      reports: toA.map((x) => ({ transferId: x.transferId, outcome: 'verified' as const })),
+      waitMs: 0,
+    });
+    assert.equal(service.core.heldCount(a), 0);
+    assert.equal(service.core.heldCount(b), 0);
+    // a keeps talking, b goes silent and is dropped.
+    service.sync(900, a, { reports: [], waitMs: 0 });
+    service.tick(1500);
+    assert.deepEqual(
+      service.status().hosts.map((h) => h.name),
+      ['a'],
+    );
+    assert.throws(() => service.sync(1600, b, { reports: [], waitMs: 0 }), { code: 'SWARM_UNKNOWN_HOST' });
+    // Registering again under the same name replaces the old registration.
+    const again = register(service, 1700, 'a', [0, 1]);
+    assert.deepEqual(
+      service.status().hosts.map((h) => [h.name, h.held]),
+      [['a', 2]],
+    );
+    assert.throws(() => service.sync(1701, a === again ? -1 : a, { reports: [], waitMs: 0 }), {
+      code: 'SWARM_UNKNOWN_HOST',
+    });
+  });
+});
