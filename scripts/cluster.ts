@@ -46,11 +46,13 @@ export interface AgentStatus {
   model: string;
   pieceCount: number;
   held: number;
+  heldBytes: number;
   complete: boolean;
   totalBytes: number;
   originBytes: number;
   peerBytes: number;
   corruptPieces: number;
+  duplicateBytes: number;
   registered: boolean;
 }
 

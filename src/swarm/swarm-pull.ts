@@ -124,11 +124,13 @@ const statusSchema = z.object({
   model: z.string(),
   pieceCount: z.number(),
   held: z.number(),
+  heldBytes: z.number(),
   complete: z.boolean(),
   totalBytes: z.number(),
   originBytes: z.number(),
   peerBytes: z.number(),
   corruptPieces: z.number(),
+  duplicateBytes: z.number(),
   registered: z.boolean(),
 });
 

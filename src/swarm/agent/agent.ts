@@ -24,7 +24,7 @@ import type { Origin } from '../../origin/origin.js';
 import { Throttle } from '../../util/throttle.js';
 import { PieceMap } from '../piece-map.js';
 import { encodeBitfield, modelHex, parseMessage } from '../wire/protocol.js';
-import { readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { PieceStore, type PieceStoreOptions } from './piece-store.js';
 
@@ -71,11 +71,13 @@ export interface ModelStatus {
   model: string;
   pieceCount: number;
   held: number;
+  heldBytes: number;
   complete: boolean;
   totalBytes: number;
   originBytes: number;
   peerBytes: number;
   corruptPieces: number;
+  duplicateBytes: number;
   registered: boolean;
 }
 
@@ -181,11 +183,13 @@ export class Agent {
       model: entry.hex,
       pieceCount: entry.map.pieceCount,
       held: entry.store.heldCount,
+      heldBytes: entry.store.heldBytes,
       complete: entry.store.complete,
       totalBytes: entry.map.totalBytes,
       originBytes: entry.member.stats.originBytes,
       peerBytes: entry.member.stats.peerBytes,
       corruptPieces: entry.member.stats.corruptPieces,
+      duplicateBytes: entry.member.stats.duplicateBytes,
       registered: entry.member.registeredHost !== undefined,
     };
   }
@@ -280,14 +284,18 @@ export class Agent {
     });
     this.server.keepAliveTimeout = 30_000;
     this.server.headersTimeout = 30_000;
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(this.options.port ?? 0, this.options.host ?? '127.0.0.1', () => {
-        this.server.off('error', reject);
-        resolve();
-      });
-    });
+    await listenOn(this.server, this.options.host ?? '127.0.0.1', this.options.port ?? 0);
     const address = this.server.address() as AddressInfo;
+    if (
+      this.options.advertiseUrl === undefined &&
+      (address.address === '0.0.0.0' || address.address === '::')
+    ) {
+      this.server.close();
+      throw new WeightcastError(
+        'USAGE',
+        `listening on every address (${address.address}) needs --advertise URL: peers cannot reach ${address.address}`,
+      );
+    }
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
     this.url = this.options.advertiseUrl ?? `http://${host}:${address.port}`;
   }

@@ -76,11 +76,14 @@ export type MemberEvent =
   | { type: 'complete' };
 
 export interface MemberStats {
+  /** Verified bytes stored from the origin and from peers; copies that arrived twice are not counted. */
   originBytes: number;
   peerBytes: number;
   corruptPieces: number;
   failedTransfers: number;
   fallbackPieces: number;
+  /** Bytes of pieces that arrived after another copy was already stored (hedges, races). */
+  duplicateBytes: number;
 }
 
 const REGISTER_RETRY_MS = 500;
@@ -97,6 +100,7 @@ interface Fetch {
 
 export class SwarmMember {
   readonly stats: MemberStats = {
+    duplicateBytes: 0,
     originBytes: 0,
     peerBytes: 0,
     corruptPieces: 0,
@@ -387,7 +391,8 @@ export class SwarmMember {
       });
       return { outcome: 'corrupt' };
     }
-    if (from === 'origin') this.stats.originBytes += length;
+    if (result === 'duplicate') this.stats.duplicateBytes += length;
+    else if (from === 'origin') this.stats.originBytes += length;
     else this.stats.peerBytes += length;
     this.options.onEvent?.({
       type: 'piece',

@@ -40,6 +40,7 @@ interface FileState {
 export class PieceStore {
   private readonly held: Uint8Array;
   private heldPieces = 0;
+  private heldByteCount = 0;
   private readonly files: FileState[] = [];
   private readonly waiters = new Map<number, Array<() => void>>();
   /** Puts in progress, so a second copy of the same piece waits instead of counting twice. */
@@ -91,6 +92,11 @@ export class PieceStore {
     return this.heldPieces;
   }
 
+  /** Bytes of the verified pieces held. */
+  get heldBytes(): number {
+    return this.heldByteCount;
+  }
+
   get complete(): boolean {
     return this.heldPieces === this.map.pieceCount;
   }
@@ -126,9 +132,11 @@ export class PieceStore {
     const file = this.files[where.fileIndex] as FileState;
     await writeFully(file.handle, bytes, where.offset);
     await this.journal.append({ file: where.fileIndex, piece: where.piece, digest: where.digest });
-    this.mark(piece);
+    // The file is finished (synced, renamed into place) before its last piece counts, so a
+    // complete store means every file is under its final name.
     file.remaining--;
     if (file.remaining === 0) await this.finishFile(where.fileIndex);
+    this.mark(piece);
   }
 
   /** Reads a verified piece into `target` (at least the piece's length); returns the length. */
@@ -208,6 +216,7 @@ export class PieceStore {
     if (this.held[piece] === 1) return;
     this.held[piece] = 1;
     this.heldPieces++;
+    this.heldByteCount += this.map.pieceLength(piece);
     const waiting = this.waiters.get(piece);
     if (waiting === undefined) return;
     this.waiters.delete(piece);

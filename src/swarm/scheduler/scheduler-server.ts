@@ -11,7 +11,7 @@ import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
 import { PieceMap } from '../piece-map.js';
 import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
-import { readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
 
 export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
@@ -169,13 +169,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     for (const swarm of swarms.values()) swarm.tick(t);
   }, TICK_MS);
   ticker.unref();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, options.host ?? '127.0.0.1', options.port ?? 0);
   const address = server.address() as AddressInfo;
   const hostPart = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return {

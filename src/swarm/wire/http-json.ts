@@ -3,7 +3,7 @@
  * with JSON or a typed error body `{code, message}`, and call a JSON endpoint with a timeout.
  */
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { JSON_BODY_BYTES_MAX, errorBodySchema } from './protocol.js';
@@ -155,3 +155,18 @@ const KNOWN_CODES = new Set<string>([
   'USAGE',
   'ORIGIN_NOT_FOUND',
 ]);
+
+/** Starts listening; a taken port or a bad address becomes an IO error naming them. */
+export async function listenOn(server: Server, host: string, port: number): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const onError = (error: Error): void =>
+      reject(
+        new WeightcastError('IO', `cannot listen on ${host}:${port}: ${error.message}`, {}, { cause: error }),
+      );
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+}
