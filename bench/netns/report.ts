@@ -1,0 +1,152 @@
+/**
+ * The arithmetic and the table of `npm run bench:fanout`, pure: per-host finish times in, T_last,
+ * p50, efficiency against the fluid bound and origin bytes per model copy out.
+ */
+
+import { fluidLowerBoundSeconds } from '../../src/sim/bound.js';
+import { formatSeconds } from '../../src/util/units.js';
+
+export interface Setting {
+  hosts: number;
+  totalBytes: number;
+  hostMbps: number;
+  originMbps: number;
+}
+
+/** What one leg measured. A host's seconds are undefined when its pull failed or timed out. */
+export interface LegMeasurement {
+  leg: string;
+  hostSeconds: Array<number | undefined>;
+  hostsVerified: number;
+  /** Bytes the origin host sent during the leg; undefined when not measured. */
+  originBytes: number | undefined;
+  /** Cores the benchmark's own processes kept busy on average during the pulls, when known. */
+  cpuCores?: number;
+  /** Cores busy on the whole machine on average during the pulls (other users' work included). */
+  machineCores?: number;
+  /** What went wrong in a leg that ran. */
+  problem?: string;
+  /** Why the leg did not run at all (for example, a command not built yet). */
+  skipped?: string;
+}
+
+export interface LegSummary {
+  leg: string;
+  hosts: number;
+  hostsFinished: number;
+  hostsVerified: number;
+  /** Time until the last host finished; undefined unless every host finished. */
+  tLastSeconds: number | undefined;
+  p50Seconds: number | undefined;
+  efficiency: number | undefined;
+  originRatio: number | undefined;
+  cpuCores: number | undefined;
+  machineCores: number | undefined;
+  problem?: string;
+  skipped?: string;
+}
+
+const bytesPerSecond = (mbps: number): number => (mbps * 1e6) / 8;
+
+/** T_lb = max(S/U, S/B, N*S/(U + N*B)). */
+export function lowerBoundSeconds(setting: Setting): number {
+  return fluidLowerBoundSeconds({
+    totalBytes: setting.totalBytes,
+    hosts: setting.hosts,
+    originUploadBytesPerSecond: bytesPerSecond(setting.originMbps),
+    hostDownloadBytesPerSecond: bytesPerSecond(setting.hostMbps),
+    hostUploadBytesPerSecond: bytesPerSecond(setting.hostMbps),
+  });
+}
+
+/** The fluid time of every host pulling from the origin: N*S through U, and S through each B. */
+export function naiveFluidSeconds(setting: Setting): number {
+  return Math.max(
+    (setting.hosts * setting.totalBytes) / bytesPerSecond(setting.originMbps),
+    setting.totalBytes / bytesPerSecond(setting.hostMbps),
+  );
+}
+
+/** The lower median (for an even count, the smaller of the middle two), or undefined when empty. */
+export function median(values: readonly number[]): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)];
+}
+
+export function summarizeLeg(measurement: LegMeasurement, setting: Setting): LegSummary {
+  const finished = measurement.hostSeconds.filter((s): s is number => s !== undefined);
+  const allFinished = finished.length === setting.hosts && measurement.hostSeconds.length === setting.hosts;
+  const tLast = allFinished ? Math.max(...finished) : undefined;
+  return {
+    leg: measurement.leg,
+    hosts: setting.hosts,
+    hostsFinished: finished.length,
+    hostsVerified: measurement.hostsVerified,
+    tLastSeconds: tLast,
+    p50Seconds: median(finished),
+    efficiency: tLast === undefined ? undefined : lowerBoundSeconds(setting) / tLast,
+    originRatio:
+      measurement.originBytes === undefined ? undefined : measurement.originBytes / setting.totalBytes,
+    cpuCores: measurement.cpuCores,
+    machineCores: measurement.machineCores,
+    ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
+    ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
+  };
+}
+
+/** Linux reports process CPU time in USER_HZ ticks, which is 100 per second on every architecture we run. */
+export const CLOCK_TICKS_PER_SECOND = 100;
+
+/** Busy CPU ticks of the whole machine from the `cpu` line of /proc/stat: all but idle and iowait. */
+export function parseMachineBusyTicks(procStat: string): number | undefined {
+  const fields = /^cpu\s+([\d\s]+)$/m.exec(procStat)?.[1]?.trim().split(/\s+/).map(Number);
+  if (fields === undefined || fields.length < 8 || !fields.every(Number.isFinite)) return undefined;
+  // user nice system idle iowait irq softirq steal; guest time is already inside user.
+  const [user, nice, system, , , irq, softirq, steal] = fields as [number, ...number[]];
+  return [user, nice, system, irq, softirq, steal].reduce<number>((sum, f) => sum + (f ?? 0), 0);
+}
+
+/**
+ * From a `/proc/PID/stat` line: the process's own CPU ticks (utime + stime) and those of its
+ * children it has reaped (cutime + cstime).
+ */
+export function parseProcStatTicks(text: string): { own: number; reapedChildren: number } | undefined {
+  // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
+  const fields = text
+    .slice(text.lastIndexOf(')') + 2)
+    .trim()
+    .split(/\s+/)
+    .map(Number);
+  // fields[0] is field 3 (state), so utime (field 14) is fields[11], cstime (field 17) fields[14].
+  const [utime, stime, cutime, cstime] = [fields[11], fields[12], fields[13], fields[14]];
+  if (utime === undefined || stime === undefined || cutime === undefined || cstime === undefined)
+    return undefined;
+  if (![utime, stime, cutime, cstime].every(Number.isFinite)) return undefined;
+  return { own: utime + stime, reapedChildren: cutime + cstime };
+}
+
+/** A leg that ran and did not bring every host a verified copy. */
+export function legFailed(summary: LegSummary): boolean {
+  if (summary.skipped !== undefined) return false;
+  return summary.tLastSeconds === undefined || summary.hostsVerified < summary.hosts;
+}
+
+/** `measured / predicted - 1`, e.g. 0.06 for 6 % slower than predicted. */
+export function relativeError(measured: number, predicted: number): number {
+  return measured / predicted - 1;
+}
+
+/** A Markdown table with padded columns. */
+export function renderTable(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)));
+  const line = (values: readonly string[]): string =>
+    '| ' + widths.map((w, i) => (values[i] ?? '').padEnd(w)).join(' | ') + ' |';
+  return [line(header), '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|', ...rows.map(line)];
+}
+
+export const formatOptionalSeconds = (seconds: number | undefined): string =>
+  seconds === undefined ? '-' : formatSeconds(seconds);
+
+export const formatOptionalNumber = (value: number | undefined, digits: number): string =>
+  value === undefined ? '-' : value.toFixed(digits);
