@@ -12,8 +12,8 @@
 
 import { randomInt } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { request } from 'undici';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
+import { HttpOrigin } from '../../origin/http.js';
 import type { Origin } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../piece-map.js';
@@ -91,7 +91,8 @@ const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 const PEER_HAVE_REFRESH_MS = 1000;
 const FALLBACK_ORIGIN_READS_MAX = 2;
-const ORIGIN_CHUNK_BYTES = 1024 * 1024;
+/** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
+const READ_CHUNK_CAPPED_BYTES = 512 * 1024;
 
 interface Fetch {
   piece: number;
@@ -127,6 +128,10 @@ export class SwarmMember {
   private completeResolve!: () => void;
   readonly complete: Promise<void>;
   private readonly downloadsMax: number;
+  /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
+  private readonly buffers: Buffer[] = [];
+  /** One keep-alive HTTP client per peer, reading pieces straight into the buffers. */
+  private readonly peers = new Map<string, HttpOrigin>();
 
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
@@ -162,6 +167,8 @@ export class SwarmMember {
     this.controller.abort(new WeightcastError('ABORTED', 'the swarm member is closing'));
     for (const fetch of this.fetches.values()) fetch.controller.abort();
     await Promise.allSettled(this.loops);
+    await Promise.allSettled([...this.peers.values()].map((client) => client.close()));
+    this.peers.clear();
     const host = this.host;
     this.host = undefined;
     if (host !== undefined) {
@@ -351,12 +358,29 @@ export class SwarmMember {
   ): Promise<{ outcome: Report['outcome']; bytesPerSecond?: number }> {
     const length = this.options.map.pieceLength(piece);
     const started = performance.now();
-    let bytes: Buffer;
+    const buffer = this.takeBuffer();
+    const result = await this.fetchInto(piece, source, signal, buffer.subarray(0, length), started);
+    // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
+    // buffers whose read completed go back to the pool.
+    if (result.outcome === 'verified' || result.outcome === 'corrupt') this.buffers.push(buffer);
+    return result;
+  }
+
+  private takeBuffer(): Buffer {
+    return this.buffers.pop() ?? Buffer.allocUnsafeSlow(this.options.map.pieceSize);
+  }
+
+  private async fetchInto(
+    piece: number,
+    source: string,
+    signal: AbortSignal,
+    bytes: Buffer,
+    started: number,
+  ): Promise<{ outcome: Report['outcome']; bytesPerSecond?: number }> {
+    const length = bytes.length;
     try {
-      bytes =
-        source === 'origin'
-          ? await this.readOrigin(piece, signal)
-          : await this.readPeer(source, piece, signal);
+      if (source === 'origin') await this.readOrigin(piece, bytes, signal);
+      else await this.readPeer(source, piece, bytes, signal);
     } catch {
       if (signal.aborted) return { outcome: 'cancelled' };
       this.stats.failedTransfers++;
@@ -411,54 +435,53 @@ export class SwarmMember {
     return { outcome: 'verified', bytesPerSecond: length / seconds };
   }
 
-  private async readOrigin(piece: number, signal: AbortSignal): Promise<Buffer> {
+  private async readOrigin(piece: number, buffer: Buffer, signal: AbortSignal): Promise<void> {
     const where = this.options.map.locate(piece);
-    const buffer = Buffer.allocUnsafe(where.length);
-    const throttle = this.options.downloadThrottle;
-    // Under a download cap the piece is read in chunks so the cap is honoured while it arrives.
-    const chunk = throttle.limited ? ORIGIN_CHUNK_BYTES : where.length;
-    for (let done = 0; done < where.length; done += chunk) {
-      const part = buffer.subarray(done, Math.min(where.length, done + chunk));
-      await this.options.origin.readInto(where.file.path, where.offset + done, part, { signal });
-      await throttle.take(part.length, signal);
-    }
-    return buffer;
+    await this.readChunked(this.options.origin, where.file.path, where.offset, buffer, signal);
   }
 
-  private async readPeer(peerUrl: string, piece: number, signal: AbortSignal): Promise<Buffer> {
-    const length = this.options.map.pieceLength(piece);
-    const idle = this.options.peerIdleTimeoutMs ?? 10_000;
-    const url = `${peerUrl.replace(/\/+$/, '')}/v1/models/${this.options.model}/pieces/${piece}`;
-    const response = await request(url, { signal, headersTimeout: idle, bodyTimeout: idle });
-    if (response.statusCode !== 200) {
-      await response.body.dump().catch(() => undefined);
-      throw new WeightcastError(
-        'SWARM_PEER_FAILED',
-        `${peerUrl} answered ${response.statusCode} for piece ${piece}`,
-      );
+  /**
+   * Reads a piece from a peer: the peer serves the model's files by byte range (only ranges it
+   * holds verified), so the same zero-copy ranged reads as for the origin apply.
+   */
+  private async readPeer(peerUrl: string, piece: number, buffer: Buffer, signal: AbortSignal): Promise<void> {
+    const where = this.options.map.locate(piece);
+    await this.readChunked(this.peerClient(peerUrl), where.file.path, where.offset, buffer, signal);
+  }
+
+  /** Under a download cap the read goes in chunks, so the cap holds while the piece arrives. */
+  private async readChunked(
+    source: Origin,
+    path: string,
+    offset: number,
+    buffer: Buffer,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const throttle = this.options.downloadThrottle;
+    const chunk = throttle.limited ? READ_CHUNK_CAPPED_BYTES : buffer.length;
+    for (let done = 0; done < buffer.length; done += chunk) {
+      const part = buffer.subarray(done, Math.min(buffer.length, done + chunk));
+      await source.readInto(path, offset + done, part, { signal });
+      await throttle.take(part.length, signal);
     }
-    const declared = Number(response.headers['content-length']);
-    if (declared !== length) {
-      response.body.destroy();
-      throw new WeightcastError(
-        'SWARM_PEER_FAILED',
-        `${peerUrl} sent ${declared} bytes for a ${length}-byte piece`,
-      );
+  }
+
+  private peerClient(peerUrl: string): HttpOrigin {
+    let client = this.peers.get(peerUrl);
+    if (client === undefined) {
+      const idle = this.options.peerIdleTimeoutMs ?? 10_000;
+      client = new HttpOrigin(`${peerUrl.replace(/\/+$/, '')}/v1/models/${this.options.model}/files/`, {
+        files: this.options.map.manifest.files.map((file) => ({ path: file.path, size: file.size })),
+        // The scheduler decides what happens after a failed transfer; no retries here.
+        retries: 0,
+        connections: 4,
+        headersTimeoutMs: idle,
+        bodyIdleTimeoutMs: idle,
+        connectTimeoutMs: idle,
+      });
+      this.peers.set(peerUrl, client);
     }
-    const buffer = Buffer.allocUnsafe(length);
-    let filled = 0;
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      if (filled + chunk.length > length) {
-        response.body.destroy();
-        throw new WeightcastError('SWARM_PEER_FAILED', `${peerUrl} sent more than ${length} bytes`);
-      }
-      chunk.copy(buffer, filled);
-      filled += chunk.length;
-      await this.options.downloadThrottle.take(chunk.length, signal);
-    }
-    if (filled !== length)
-      throw new WeightcastError('SWARM_PEER_FAILED', `${peerUrl} sent ${filled} of ${length} bytes`);
-    return buffer;
+    return client;
   }
 
   // ---- fallback without a scheduler ------------------------------------------------------------

@@ -10,7 +10,10 @@
  *   GET    /v1/swarms/:model                             -> SwarmStatus
  *   GET    /healthz                                      -> {"ok":true}
  * Agent peer API:
- *   GET /v1/models/:model/pieces/:index  -> the piece's bytes (404 not held, 503 busy + Retry-After)
+ *   GET /v1/models/:model/files/:path    -> a byte range (Range header) of a model file, at most one
+ *                                           piece long and only if held verified (404 SWARM_PIECE_NOT_HELD,
+ *                                           503 SWARM_BUSY + Retry-After); bodies land zero-copy
+ *                                           in the reader's piece buffer
  *   GET /v1/models/:model/have           -> Have (a bitfield of verified pieces)
  * `:model` is the manifest digest's hex (64 characters); pieces are global indices (see PieceMap).
  */
