@@ -12,6 +12,7 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { encodeManifest, manifestDigest, type Manifest } from '../src/manifest/manifest.js';
+import type { ModelStatus } from '../src/swarm/agent/agent.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
 export const CLI = join(ROOT, 'bin', 'weightcast.js');
@@ -42,19 +43,8 @@ export interface Proc {
   lines: string[];
 }
 
-export interface AgentStatus {
-  model: string;
-  pieceCount: number;
-  held: number;
-  heldBytes: number;
-  complete: boolean;
-  totalBytes: number;
-  originBytes: number;
-  peerBytes: number;
-  corruptPieces: number;
-  duplicateBytes: number;
-  registered: boolean;
-}
+/** What an agent's local API says about a model (the agent's own type). */
+export type AgentStatus = ModelStatus;
 
 /** Starts `node argv...` and resolves with its URL once it prints one matching `pattern`. */
 export async function startProcess(

@@ -62,3 +62,24 @@ export function reportError(io: CliIo, thrown: unknown, json: boolean): number {
   else io.stderr(`weightcast: internal error: ${message}\n`);
   return EXIT_FAILURE;
 }
+
+/**
+ * For the long-running commands: announces `weightcast <what> listening on <url>` (or a JSON
+ * `listening` event) and resolves on Ctrl-C or SIGTERM.
+ */
+export async function serveUntilInterrupted(
+  io: CliIo,
+  json: boolean,
+  what: string,
+  details: { url: string } & Record<string, string>,
+): Promise<void> {
+  io.stdout(
+    json
+      ? JSON.stringify({ event: 'listening', ...details }) + '\n'
+      : `weightcast ${what} listening on ${details.url}\n`,
+  );
+  await new Promise<void>((resolve) => {
+    if (io.signal.aborted) resolve();
+    io.signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}

@@ -5,7 +5,7 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { mbpsToBytesPerSecond } from '../../util/throttle.js';
 import { parsePositiveInt } from '../../util/units.js';
-import { reportError, type CliIo } from '../io.js';
+import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
 
 interface AgentFlags {
@@ -77,15 +77,7 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
       ...(flags.injectCorruptUploads === true ? { corruptUploads: true } : {}),
       onEvent: (event) => printEvent(io, event, json),
     });
-    io.stdout(
-      json
-        ? JSON.stringify({ event: 'listening', url: agent.url, name: agent.name }) + '\n'
-        : `weightcast agent listening on ${agent.url}\n`,
-    );
-    await new Promise<void>((resolve) => {
-      if (io.signal.aborted) resolve();
-      io.signal.addEventListener('abort', () => resolve(), { once: true });
-    });
+    await serveUntilInterrupted(io, json, 'agent', { url: agent.url, name: agent.name });
     await agent.close();
     return 0;
   } catch (error) {

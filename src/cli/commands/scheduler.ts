@@ -5,7 +5,7 @@ import { WeightcastError } from '../../errors.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
-import { reportError, type CliIo } from '../io.js';
+import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
 
 interface SchedulerFlags {
@@ -60,15 +60,7 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
         else io.stdout(`host ${event.host} left\n`);
       },
     });
-    io.stdout(
-      json
-        ? JSON.stringify({ event: 'listening', url: scheduler.url }) + '\n'
-        : `weightcast scheduler listening on ${scheduler.url}\n`,
-    );
-    await new Promise<void>((resolve) => {
-      if (io.signal.aborted) resolve();
-      io.signal.addEventListener('abort', () => resolve(), { once: true });
-    });
+    await serveUntilInterrupted(io, json, 'scheduler', { url: scheduler.url });
     await scheduler.close();
     return 0;
   } catch (error) {
