@@ -50,7 +50,6 @@ export type ErrorCode =
   | 'SWARM_UNKNOWN_HOST'
   | 'SWARM_BUSY'
   | 'SWARM_PIECE_NOT_HELD'
-  | 'SWARM_PEER_FAILED'
   | 'SWARM_NEEDS_MANIFEST'
   | 'SCHEDULER_UNREACHABLE'
   // everything else
