@@ -474,11 +474,39 @@ function swarmCliProblem(): string | undefined {
   return undefined;
 }
 
-async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
+/**
+ * When each host held the verified model in its agent, before `pull --agent` copied it out: the
+ * pull's exit time minus the copy, both from its JSON events (`agent-complete`, `done`).
+ */
+function agentsHold(context: LegContext, pulls: LegMeasurement): LegMeasurement {
+  const hostSeconds = context.hostSet.hosts.map((host, index) => {
+    const exitSeconds = pulls.hostSeconds[index];
+    if (exitSeconds === undefined) return undefined;
+    let agentComplete: number | undefined;
+    let done: number | undefined;
+    const path = join(context.logDir, `swarm-pull-${host.label}.log`);
+    for (const line of existsSync(path) ? readFileSync(path, 'utf8').split('\n') : []) {
+      if (!line.startsWith('{')) continue;
+      try {
+        const event = JSON.parse(line) as { event?: string; seconds?: number };
+        if (event.event === 'agent-complete') agentComplete = event.seconds;
+        if (event.event === 'done') done = event.seconds;
+      } catch {
+        // Not an event line.
+      }
+    }
+    return agentComplete === undefined || done === undefined
+      ? undefined
+      : exitSeconds - (done - agentComplete);
+  });
+  return { ...pulls, leg: 'swarm', hostSeconds };
+}
+
+async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
   const problem = swarmCliProblem();
   if (problem !== undefined) {
     log(`swarm: not run: ${problem}`);
-    return { leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, skipped: problem };
+    return [{ leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, skipped: problem }];
   }
   const { options, setting, work, model, originUrl } = context;
   const services: ChildProcess[] = [];
@@ -488,7 +516,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       LEG_TIMEOUT_MIN_MS,
       LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(setting) * 1000,
     );
-    return await measurePulls(
+    const measured = await measurePulls(
       context,
       'swarm',
       (_host, index, dir) => [
@@ -506,10 +534,11 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       ],
       timeoutMs,
     );
+    return [agentsHold(context, measured), { ...measured, leg: 'swarm + copy out' }];
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     log(`swarm: failed: ${message}`);
-    return { leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, problem: message };
+    return [{ leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, problem: message }];
   } finally {
     await Promise.all(services.map((child) => stopChild(child)));
     if (!options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
@@ -672,6 +701,12 @@ function printReport(report: Report): void {
       `swarm T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} % (goal: within 15 %): ${met ? 'met' : 'NOT met'}`,
     );
   }
+  if (swarm !== undefined) {
+    console.log(
+      "swarm: until each host's agent holds the verified model (what a loader on that host reads from); " +
+        'swarm + copy out: until `pull --agent` has also copied it into its own directory, verified again and fsynced.',
+    );
+  }
   if (report.mode === 'netns') {
     console.log(
       `tc counts packet headers: TCP payload tops out near ${TCP_PAYLOAD_SHARE.toFixed(3)} x each cap at MTU 1500, ` +
@@ -748,7 +783,7 @@ async function main(argv: readonly string[]): Promise<number> {
       log(`origin serving ${model.dir} at ${originUrl}; process output goes to ${logDir} (--keep keeps it)`);
       const context: LegContext = { hostSet, model, originUrl, setting, work, logDir, options, sim };
       if (options.legs.includes('naive')) measurements.push(await naiveLeg(context));
-      if (options.legs.includes('swarm')) measurements.push(await swarmLeg(context));
+      if (options.legs.includes('swarm')) measurements.push(...(await swarmLeg(context)));
     } finally {
       await hostSet.close();
     }

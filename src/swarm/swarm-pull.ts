@@ -117,6 +117,8 @@ export interface AgentPullOptions {
   token?: string;
   signal?: AbortSignal;
   onProgress?: (status: ModelStatus) => void;
+  /** The agent holds the whole model, verified; the copy out starts now. */
+  onAgentComplete?: (status: ModelStatus) => void;
   onPullEvent?: (event: PullEvent) => void;
 }
 
@@ -166,6 +168,7 @@ export async function agentPull(
     if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
     status = await call(`/v1/local/models/${hex}`, 'GET');
   }
+  options.onAgentComplete?.(status);
   const origin = new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
     files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
   });

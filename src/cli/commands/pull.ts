@@ -259,6 +259,14 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         agentUrl: flags.agent as string,
         signal: io.signal,
         onProgress,
+        onAgentComplete: () => {
+          const seconds = (performance.now() - started) / 1000;
+          if (json) io.stdout(JSON.stringify({ event: 'agent-complete', seconds }) + '\n');
+          else
+            progress.log(
+              `weightcast: the agent holds the verified model after ${formatSeconds(seconds)}; copying it out`,
+            );
+        },
         ...(token === undefined || token === '' ? {} : { token }),
       });
       summary = {
