@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
 /** Bytes the bucket may hold: enough for smooth 64 KiB chunks, small enough to keep the rate honest. */
-const BURST_SECONDS = 0.02;
+const BURST_SECONDS = 0.05;
 const BURST_BYTES_MIN = 128 * 1024;
 
 export class Throttle {

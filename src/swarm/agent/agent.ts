@@ -92,7 +92,7 @@ interface Joined {
 /** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
 const RATE_UNKNOWN = 1.25e9;
 const LOCAL_READS_MAX = 32;
-const UPLOAD_CHUNK_BYTES = 64 * 1024;
+const UPLOAD_CHUNK_BYTES = 256 * 1024;
 
 const joinSchema = z.object({
   source: z.string().min(1).max(4096),

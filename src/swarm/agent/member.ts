@@ -449,7 +449,12 @@ export class SwarmMember {
     await this.readChunked(this.peerClient(peerUrl), where.file.path, where.offset, buffer, signal);
   }
 
-  /** Under a download cap the read goes in chunks, so the cap holds while the piece arrives. */
+  /**
+   * Under a download cap the read goes in chunks, so the cap holds while the piece arrives. Each
+   * chunk's tokens are awaited while the chunk is in flight, not after it: paying afterwards would
+   * add the receiver's wait to the sender's pace (two caps in series), where a link allows the
+   * smaller of the two. Measured on the 8-agent loopback demo: that halved the swarm's throughput.
+   */
   private async readChunked(
     source: Origin,
     path: string,
@@ -461,8 +466,10 @@ export class SwarmMember {
     const chunk = throttle.limited ? READ_CHUNK_CAPPED_BYTES : buffer.length;
     for (let done = 0; done < buffer.length; done += chunk) {
       const part = buffer.subarray(done, Math.min(buffer.length, done + chunk));
-      await source.readInto(path, offset + done, part, { signal });
-      await throttle.take(part.length, signal);
+      await Promise.all([
+        source.readInto(path, offset + done, part, { signal }),
+        throttle.take(part.length, signal),
+      ]);
     }
   }
 

@@ -211,6 +211,8 @@ export class SwarmService {
         banned: this.core.isBanned(entry.id),
       })),
       originBytesAssigned: this.originBytes,
+      transfersInFlight: this.transferHost.size,
+      originTransfersInFlight: [...this.transferHost.values()].filter((t) => t.from === ORIGIN).length,
       transfersVerified: stats.transfersVerified,
       transfersCorrupt: stats.transfersCorrupt,
       transfersFailed: stats.transfersFailed,

@@ -110,6 +110,9 @@ export const swarmStatusSchema = z.object({
     }),
   ),
   originBytesAssigned: z.number(),
+  /** Transfers assigned and not yet reported, and how many of them read the origin. */
+  transfersInFlight: z.number(),
+  originTransfersInFlight: z.number(),
   transfersVerified: z.number(),
   transfersCorrupt: z.number(),
   transfersFailed: z.number(),
