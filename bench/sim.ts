@@ -1,7 +1,8 @@
 /**
  * `npm run bench:sim`: the real scheduling core in the deterministic simulator at N = 10, 100 and
- * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm and one with failing hosts. Each row
- * prints T_last against the fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
+ * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm, one with failing hosts and one whose
+ * requests are not pipelined (each waits a full request latency). Each row prints T_last against the
+ * fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
  */
 
 import { defaultOriginReaders, simulate, type SimOptions } from '../src/sim/simulate.js';
@@ -49,6 +50,12 @@ const CASES: Case[] = [
     rackUplinkBytesPerSecond: 25 * GBIT,
   }),
   scenario('N=100, 5 hosts fail', { hosts: 100, totalBytes: 10e9, pieceBytes: 4 * MiB, failHosts: 5 }),
+  scenario('N=100, 1 MiB pieces, not pipelined', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: MiB,
+    pipelining: false,
+  }),
   scenario('N=1000, 100k pieces', { hosts: 1000, totalBytes: 100_000 * MiB, pieceBytes: MiB }, true),
 ];
 
@@ -94,7 +101,7 @@ function main(): void {
   const line = (values: string[]): string =>
     '| ' + values.map((v, i) => v.padEnd(widths[i] ?? 0)).join(' | ') + ' |';
   console.log(
-    'hosts 10 Gbit/s up and down, origin 10 Gbit/s, 0.5 ms request latency, 4 downloads and 4 uploads per host, seed 1',
+    'hosts 10 Gbit/s up and down, origin 10 Gbit/s, 0.5 ms request latency, requests pipelined (unless noted), 4 downloads and 4 uploads per host, seed 1',
   );
   console.log(line(header));
   console.log('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|');

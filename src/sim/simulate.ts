@@ -4,6 +4,10 @@
  * that finishes is reported to the core at its exact finish time, and the core's new assignments
  * start after one request latency. Optional host failures remove hosts mid-run. One seed replays
  * a whole run exactly: there is no clock and no randomness but the seeded generators.
+ *
+ * Requests are pipelined as an agent would: when a flow has about one request latency of bytes
+ * left, the core is told (`handleTransferEnding`) and the next request goes out, so its first byte
+ * arrives as the last byte of the previous one does.
  */
 
 import { assert } from '../errors.js';
@@ -11,7 +15,8 @@ import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
 import { ORIGIN, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
-import { FluidNetwork, type Completion, type Endpoint } from './network.js';
+import type { FlowEvents } from './flow-events.js';
+import { FluidNetwork, type Endpoint } from './network.js';
 
 export interface SimOptions {
   hosts: number;
@@ -33,8 +38,12 @@ export interface SimOptions {
   uploadsPerHost: number;
   originReaders: number;
   hedgeTailPieces: number;
-  /** Virtual time step; by default a sixteenth of a piece's transfer time at a fair share. */
+  /** Virtual time step; by default an eighth of a piece's transfer time at a fair share. */
   tickMs?: number;
+  /** Request the next piece when a transfer has one latency left (default true). */
+  pipelining?: boolean;
+  /** Assert every tick that no link carried more than its capacity (slower; for tests). */
+  checkLinks?: boolean;
 }
 
 export interface SimResult {
@@ -107,7 +116,14 @@ class SimRun {
       downloadBytesPerMs: 0,
       rack: -1,
     });
-    this.network = new FluidNetwork(endpoints, options.racks, options.rackUplinkBytesPerSecond / 1000);
+    const noticeMs = options.pipelining === false ? 0 : options.latencyMs;
+    this.network = new FluidNetwork(
+      endpoints,
+      options.racks,
+      options.rackUplinkBytesPerSecond / 1000,
+      noticeMs,
+      options.checkLinks === true,
+    );
     this.core = new SwarmCore({
       pieceCount: this.pieceCount,
       pieceBytes: options.pieceBytes,
@@ -133,7 +149,11 @@ class SimRun {
     let failureIndex = 0;
     while (this.completed + this.failed.size < this.options.hosts && now < limitMs) {
       const next = now + tickMs;
-      for (const completion of this.network.advance(now, next)) this.finish(completion);
+      const events = this.network.step(now, next);
+      for (let i = 0; i < events.length; i++) {
+        if (events.isDone(i)) this.finish(events, i);
+        else this.ending(events.transferId(i), events.atMs(i));
+      }
       while (
         failureIndex < this.failures.length &&
         (this.failures[failureIndex] as { atMs: number }).atMs < next
@@ -156,15 +176,25 @@ class SimRun {
     return this.result(boundMs, tickMs, ticks);
   }
 
-  private finish(completion: Completion): void {
-    const { transferId, atMs, bytes, src, dst } = completion;
+  private ending(transferId: number, atMs: number): void {
+    this.core.handleTransferEnding(atMs, transferId);
+    this.startAssignments(atMs);
+  }
+
+  private finish(events: FlowEvents, i: number): void {
+    const transferId = events.transferId(i);
+    const atMs = events.atMs(i);
+    const bytes = events.bytes(i);
+    const src = events.src(i);
+    const dst = events.dst(i);
+    // A hedge that finished in the same tick as its twin was cancelled (and reported) by the twin.
+    if (this.network.remove(transferId) < 0) return;
     this.lastProgressMs = atMs;
-    this.network.remove(transferId);
     if (src === this.originEndpoint) {
       this.originBytes += bytes;
       this.originDoneMs = atMs;
     }
-    const seconds = Math.max(1e-9, (atMs - completion.startAtMs) / 1000);
+    const seconds = Math.max(1e-9, (atMs - events.startAtMs(i)) / 1000);
     this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
     for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, atMs);
     if (this.core.isComplete(dst) && Number.isNaN(this.completedAt[dst])) {
@@ -176,9 +206,10 @@ class SimRun {
 
   /** Drops a flow, counting what the origin had already sent of it. */
   private drop(transferId: number): boolean {
-    const removed = this.network.remove(transferId);
-    if (removed === undefined) return false;
-    if (removed.src === this.originEndpoint) this.originBytes += removed.delivered;
+    const src = this.network.sender(transferId);
+    const delivered = this.network.remove(transferId);
+    if (delivered < 0) return false;
+    if (src === this.originEndpoint) this.originBytes += delivered;
     return true;
   }
 

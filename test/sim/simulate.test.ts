@@ -68,6 +68,27 @@ test('rack uplinks slow a swarm down but it still completes', () => {
   assert.ok(capped.tLastMs > free.tLastMs, `seed ${seed}: ${capped.tLastMs} vs ${free.tLastMs}`);
 });
 
+test('no link ever carries more than its capacity in a run (racks, failures, pipelined requests)', () => {
+  // 10 Gbit/s hosts behind 8 Gbit/s rack uplinks: a rounding slip in the water-filling once let a
+  // flow that moved for a sliver of a tick take an unbounded rate here.
+  for (const seed of [1, 2]) {
+    const result = simulate(
+      options({
+        seed,
+        hosts: 50,
+        totalBytes: 600 * MiB,
+        hostBytesPerSecond: 1.25e9,
+        originBytesPerSecond: 1.25e9,
+        racks: 5,
+        rackUplinkBytesPerSecond: 1e9,
+        failHosts: 2,
+        checkLinks: true,
+      }),
+    );
+    assert.equal(result.incomplete, false, `seed ${seed}`);
+  }
+});
+
 test('weightcast sim prints the result and exits 0 on completion', async () => {
   const io = memoryIo();
   const code = await runCli(
@@ -93,4 +114,17 @@ test('weightcast sim prints the result and exits 0 on completion', async () => {
   assert.equal(typeof out['efficiency'], 'number');
   const bad = memoryIo();
   assert.equal(await runCli(['sim', '--hosts', '0'], bad), 2);
+});
+
+test('a run of more than 1024 transfers per transfer slot completes (transfer ids past 2^31)', () => {
+  // 4 hosts x 16,384 pieces: 65,536 transfers through a few dozen transfer slots, so slots are
+  // reused over 1024 times and the core's transfer ids pass 2^31 (about 2^32 here). The simulator
+  // once stored them in 32 bits: completions then went unreported and runs stalled.
+  const seed = 13;
+  const result = simulate(
+    options({ seed, hosts: 4, totalBytes: 16_384 * 16 * 1024, pieceBytes: 16 * 1024, hedgeTailPieces: 0 }),
+  );
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.hostsCompleted, 4, `seed ${seed}`);
+  assert.ok(result.transfers >= 4 * 16_384, `seed ${seed}: ${result.transfers} transfers`);
 });

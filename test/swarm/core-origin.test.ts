@@ -107,3 +107,21 @@ test('with many hosts the origin stays at its reader limit while first copies re
   );
   assert.ok(driver.core.stats.originBytesAssigned <= 1.05 * 400 * PIECE_BYTES, `seed ${seed}`);
 });
+
+test('hosts take turns with the origin: the host whose first copy just landed does not keep it', () => {
+  for (const seed of [1, 2, 3]) {
+    const hosts = 40;
+    const pieces = 1200;
+    const config = makeConfig({ pieceCount: pieces, randomSeed: seed, originReadersMax: 4 });
+    const driver = new Driver(config, seed);
+    for (let host = 0; host < hosts; host++) driver.add(hostSpec(host));
+    assert.ok(driver.runUntilComplete(range(0, hosts)) >= 0, `seed ${seed}: stalled`);
+    const perHost = range(0, hosts).map(
+      (h) => driver.log.filter((a) => a.from === ORIGIN && a.host === h).length,
+    );
+    // A fair share is 30 each; without turns some hosts took 60 to 80 and others 6 to 11.
+    const fair = pieces / hosts;
+    assert.ok(Math.max(...perHost) <= 1.5 * fair, `seed ${seed}: a host took ${Math.max(...perHost)}`);
+    assert.ok(Math.min(...perHost) >= 0.5 * fair, `seed ${seed}: a host took only ${Math.min(...perHost)}`);
+  }
+});

@@ -147,3 +147,20 @@ test('every assignment is among the rarest pieces the host lacks and a free pare
     assert.ok(checked > 100, `seed ${seed}: only ${checked} assignments checked`);
   }
 });
+
+test('a host holding more of the rarest pieces than a walk may skip still takes what parents offer', () => {
+  for (const seed of [1, 2, 3]) {
+    // Host 1 alone holds pieces 0..1999 (one copy each: the rarest); hosts 2 and 3 hold 2000..2999.
+    // Host 1's walk skips its own 2000 rarest pieces and gives up before it reaches what it lacks.
+    const config = makeConfig({ pieceCount: 3000, randomSeed: seed, downloadsPerHostMax: 2 });
+    const driver = new Driver(config, seed);
+    driver.add(hostSpec(1), range(0, 2000));
+    driver.add(hostSpec(2), range(2000, 3000));
+    driver.add(hostSpec(3), range(2000, 3000));
+    driver.poll();
+    for (let i = 0; i < 40; i++) driver.step();
+    // Its two slots are about a third of the six in flight; a host that refused offers took none.
+    const taken = driver.log.filter((a) => a.host === 1).length;
+    assert.ok(taken >= 8, `seed ${seed}: host 1 took only ${taken} pieces in 40 steps`);
+  }
+});

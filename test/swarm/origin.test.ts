@@ -26,7 +26,7 @@ test('picks only pieces no host holds and none already coming from the origin', 
     assert.equal(origin.pickUnserved(rarity, random, held), -1);
     assert.equal(origin.active, 5);
     const first = [...picked][0]!;
-    origin.finish(0, first);
+    origin.finish(0, first, false);
     assert.equal(
       origin.pickUnserved(rarity, random, held),
       first,
@@ -60,4 +60,21 @@ test('readers and per-host share: one per host at scale, more when hosts are few
   }
   assert.equal(origin.hasFreeReader(), false);
   assert.equal(origin.transfersTo(0), 8);
+});
+
+test('turns: a host waits for about half of the others before its next origin transfer', () => {
+  const origin = new OriginPolicy(100, 4, undefined);
+  origin.ensureHosts(24);
+  assert.ok(origin.hasTurn(0, 24, 1), 'a host that never had one has its turn');
+  origin.start(0, 0);
+  origin.finish(0, 0, false);
+  // (24 downloading - 4 readers) / 2 = 10 other origin transfers must start first.
+  for (let i = 1; i <= 10; i++) {
+    assert.equal(origin.hasTurn(0, 24, 1), false, `after ${i - 1} others`);
+    origin.start(i, i);
+  }
+  assert.ok(origin.hasTurn(0, 24, 1));
+  assert.ok(origin.hasTurn(1, 24, 2), 'no turns while a host may have several origin transfers');
+  origin.join(5);
+  assert.ok(origin.hasTurn(5, 24, 1), 'a host that rejoins has its turn at once');
 });

@@ -65,3 +65,20 @@ test('cancellation marks a transfer without ending it', () => {
   const next = table.start(0, 1, 1, false);
   assert.equal(table.isCancelled(next), false);
 });
+
+test('an ending transfer leaves the slot counts but stays listed until it finishes', () => {
+  const table = new TransferTable(4);
+  table.ensureHosts(3);
+  const slot = table.start(0, 7, 1, false);
+  table.start(0, 8, 2, false);
+  table.markEnding(slot);
+  assert.ok(table.isEnding(slot) && table.isActive(slot));
+  assert.deepEqual([table.downloads[0], table.endingDownloads[0], table.uploads[1]], [1, 1, 0]);
+  assert.deepEqual(downloadsOf(table, 0), [7, 8]);
+  assert.deepEqual(uploadsOf(table, 1), [7]);
+  assert.throws(() => table.markEnding(slot), /invariant/);
+  table.finish(slot);
+  assert.deepEqual([table.downloads[0], table.endingDownloads[0], table.uploads[1]], [1, 0, 0]);
+  assert.deepEqual(uploadsOf(table, 1), []);
+  assert.equal(table.inFlight, 1);
+});

@@ -56,7 +56,7 @@ export class InFlightPieces {
       if (entry === piece) already = true;
       else if (entry === EMPTY && free === EMPTY) free = base + i;
     }
-    assert(free !== EMPTY, `host ${host} has more than ${this.width} transfers in flight`);
+    if (free === EMPTY) assert(false, `host ${host} has more than ${this.width} transfers in flight`);
     this.pieces[free] = piece;
     if (!already) this.distinct[host]!++;
   }
@@ -73,7 +73,7 @@ export class InFlightPieces {
         removed = true;
       }
     }
-    assert(removed, `piece ${piece} was not in flight to host ${host}`);
+    if (!removed) assert(false, `piece ${piece} was not in flight to host ${host}`);
     if (!remaining) this.distinct[host]!--;
   }
 

@@ -6,6 +6,11 @@
  *
  * Pieces no host holds are bucket 0 of the rarity index; this module picks among them at random
  * and counts what is in flight from the origin per piece and per host.
+ *
+ * At scale the origin also takes turns: a host whose origin transfer just finished is planned first
+ * (its download slot freed), and without turns it would take the origin's next first copy too, so a
+ * few hosts would get every first copy while the others got none. A host may take another only
+ * after about half of the other hosts have had one (see hasTurn).
  */
 
 import { hasBit } from './bitfield.js';
@@ -26,6 +31,9 @@ export class OriginPolicy {
   private piecesInFlight = 0;
   private perHost = new Int32Array(0);
   private readonly perHostOverride: number | undefined;
+  /** Origin transfers started so far, and that count when each host last got one (-1: never). */
+  private started = 0;
+  private lastStarted = new Float64Array(0);
 
   constructor(pieceCount: number, readersMax: number, perHostMax: number | undefined) {
     this.readersMax = readersMax;
@@ -35,9 +43,18 @@ export class OriginPolicy {
 
   ensureHosts(hostCount: number): void {
     if (hostCount <= this.perHost.length) return;
-    const grown = new Int32Array(Math.max(hostCount, this.perHost.length * 2));
+    const size = Math.max(hostCount, this.perHost.length * 2);
+    const grown = new Int32Array(size);
     grown.set(this.perHost);
     this.perHost = grown;
+    const last = new Float64Array(size).fill(-1);
+    last.set(this.lastStarted);
+    this.lastStarted = last;
+  }
+
+  /** A host (re)joins: it has its turn at once. */
+  join(host: number): void {
+    this.lastStarted[host] = -1;
   }
 
   /**
@@ -49,6 +66,18 @@ export class OriginPolicy {
     if (this.perHostOverride !== undefined) return this.perHostOverride;
     const share = Math.ceil(this.readersMax / Math.max(1, hostsDownloading));
     return Math.max(1, Math.min(share, downloadsPerHostMax));
+  }
+
+  /**
+   * True when `host` may take an origin transfer as far as turns go: always while few hosts share
+   * the readers (perHostMax above 1), else once (hostsDownloading - readersMax) / 2 other origin
+   * transfers have started since its last one. Half, so about half the hosts have their turn at
+   * any time and a free reader finds one of them within a few download-slot completions.
+   */
+  hasTurn(host: number, hostsDownloading: number, perHostMax: number): boolean {
+    const last = this.lastStarted[host]!;
+    if (last < 0 || perHostMax > 1) return true;
+    return this.started - 1 - last >= (hostsDownloading - this.readersMax) / 2;
   }
 
   transfersTo(host: number): number {
@@ -89,14 +118,21 @@ export class OriginPolicy {
   }
 
   start(host: number, piece: number): void {
+    this.lastStarted[host] = this.started++;
     this.active++;
     this.perHost[host]!++;
     if (this.pieceInFlight[piece]!++ === 0) this.piecesInFlight++;
   }
 
-  finish(host: number, piece: number): void {
+  /** The transfer's last bytes are on their way: its reader and its share of the host are free. */
+  end(host: number): void {
     this.active--;
     this.perHost[host]!--;
+  }
+
+  /** The transfer finished; `ended` when end() already released its reader. */
+  finish(host: number, piece: number, ended: boolean): void {
+    if (!ended) this.end(host);
     if (--this.pieceInFlight[piece]! === 0) this.piecesInFlight--;
   }
 }

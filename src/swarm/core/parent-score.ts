@@ -53,9 +53,11 @@ export function parentScore(demoted: boolean, tier: number, idleBytesPerSecond: 
   return ((demoted ? 0 : 3) + tier) * IDLE_SCALE + idle;
 }
 
-/** The median of the first `length` values of `values` (sorts a copy). */
-export function median(values: Float64Array, length: number): number {
-  const sorted = values.slice(0, length).sort();
+/** The median of the first `length` values of `values` (sorts a copy in `scratch`, if given). */
+export function median(values: Float64Array, length: number, scratch?: Float64Array): number {
+  const sorted = (scratch ?? new Float64Array(length)).subarray(0, length);
+  sorted.set(values.subarray(0, length));
+  sorted.sort();
   const middle = length >>> 1;
   return length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
@@ -71,6 +73,7 @@ export class ParentRecords {
   banned = new Uint8Array(0);
   private firstCorruptReporter = new Int32Array(0);
   private readonly ring = new Float64Array(RATE_RING_SIZE);
+  private readonly sorted = new Float64Array(RATE_RING_SIZE);
   private ringLength = 0;
   private ringNext = 0;
   private medianRate = 0;
@@ -167,7 +170,7 @@ export class ParentRecords {
     // Re-sorting the ring on every report would dominate the hot path; once per ring turn is plenty.
     if (++this.samplesSinceMedian >= RATE_RING_SIZE || this.ringLength <= RATE_RING_MIN) {
       this.samplesSinceMedian = 0;
-      this.medianRate = median(this.ring, this.ringLength);
+      this.medianRate = median(this.ring, this.ringLength, this.sorted);
     }
   }
 }

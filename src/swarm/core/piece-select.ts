@@ -57,8 +57,6 @@ export interface ParentFinder {
 export class Pick {
   piece = -1;
   parent = -1;
-  /** The last search stopped at one of its limits rather than running out of candidates. */
-  exhausted = false;
   /** Scratch for the missing-list scan: pieces with the fewest copies seen. */
   readonly fewest = new Int32Array(FEWEST_KEPT);
 }
@@ -85,7 +83,6 @@ export function pickByWalk(
   const { host, held, inFlight } = target;
   let parentChecks = 0;
   let skips = 0;
-  pick.exhausted = false;
   for (let begin = rarity.bucketBegin(1); begin < rarity.pieceCount;) {
     const copies = rarity.count[rarity.order[begin]!]!;
     if (copies >= copiesBelow) return false;
@@ -95,7 +92,7 @@ export function pickByWalk(
     for (let i = 0; i < size; i++) {
       const piece = rarity.order[begin + ((offset + i) % size)]!;
       if (hasBit(held, piece) || inFlight.has(host, piece)) {
-        if (++skips >= WALK_SKIPS_MAX) return giveUp(pick);
+        if (++skips >= WALK_SKIPS_MAX) return false;
         continue;
       }
       const parent = finder.findParent(host, piece, -1);
@@ -104,15 +101,10 @@ export function pickByWalk(
         pick.parent = parent;
         return true;
       }
-      if (++parentChecks >= checksMax) return giveUp(pick);
+      if (++parentChecks >= checksMax) return false;
     }
     begin = end;
   }
-  return false;
-}
-
-function giveUp(pick: Pick): false {
-  pick.exhausted = true;
   return false;
 }
 

@@ -57,7 +57,7 @@ export class RarityIndex {
 
   increment(piece: number): void {
     const copies = this.count[piece]!;
-    assert(copies < this.countMax, `piece ${piece} has more copies than hosts`);
+    if (copies >= this.countMax) assert(false, `piece ${piece} has more copies than hosts`);
     // Swap the piece to the last slot of its bucket, then shrink the bucket by one from the top.
     const last = this.bucketStart[copies + 1]! - 1;
     this.swap(this.position[piece]!, last);
@@ -67,12 +67,24 @@ export class RarityIndex {
 
   decrement(piece: number): void {
     const copies = this.count[piece]!;
-    assert(copies > 0, `piece ${piece} lost a copy it did not have`);
+    if (copies <= 0) assert(false, `piece ${piece} lost a copy it did not have`);
     // Swap the piece to the first slot of its bucket, then start the bucket one later.
     const first = this.bucketStart[copies]!;
     this.swap(this.position[piece]!, first);
     this.bucketStart[copies] = first + 1;
     this.count[piece] = copies - 1;
+  }
+
+  /** Asserts that `order` is sorted by copies, `position` is its inverse and buckets bound it (tests). */
+  checkOrder(): void {
+    for (let i = 0; i < this.pieceCount; i++) {
+      const piece = this.order[i]!;
+      if (this.position[piece] !== i)
+        assert(false, `rarity: piece ${piece} is at ${i}, position says otherwise`);
+      const copies = this.count[piece]!;
+      if (i < this.bucketStart[copies]! || i >= this.bucketStart[copies + 1]!)
+        assert(false, `rarity: piece ${piece} with ${copies} copies is outside its bucket`);
+    }
   }
 
   private swap(i: number, j: number): void {

@@ -4,12 +4,13 @@
  * random choice comes from its own seeded generator, and the shell (simulator or scheduler service)
  * moves the bytes.
  *
- * Data flow. Inputs (`addHost`, `removeHost`, `handleTransfer`, `prioritize`, `handleTimeout`) update
- * the piece maps and mark who may have new work: a host whose download slot freed goes on the ready
- * queue; a parent whose upload slot freed, or that gained a piece, goes on the offer queue. Outputs
- * are pulled: `pollAssignments` first lets the origin hand first copies to idle hosts, then plans
- * every ready host, then lets each parent on the offer queue offer a piece to parked hosts (hungry,
- * but nothing fetchable when last planned). So each event re-plans only the hosts it concerns.
+ * Data flow. Inputs (`addHost`, `removeHost`, `handleTransfer`, `handleTransferEnding`, `prioritize`,
+ * `handleTimeout`) update the piece maps and mark who may have new work: a host whose download slot
+ * freed goes on the ready queue; a parent whose upload slot freed, or that gained a piece, goes on
+ * the offer queue. Outputs are pulled: `pollAssignments` first lets the origin hand first copies to
+ * idle hosts, then plans every ready host, then lets each parent on the offer queue offer a piece to
+ * parked hosts (hungry, but nothing fetchable when last planned). So each event re-plans only the
+ * hosts it concerns.
  *
  * Planning one host fills its free download slots in this order: pieces a loader is waiting for,
  * a first copy from the origin, the rarest piece some eligible parent holds, and in the tail a
@@ -173,7 +174,8 @@ export class SwarmCore {
       config.originReadersPerHostMax,
     );
     this.priority = new PriorityQueues(config.pieceCount);
-    this.inFlight = new InFlightPieces(config.downloadsPerHostMax);
+    // Each download slot may hold one ending transfer besides the one that replaced it.
+    this.inFlight = new InFlightPieces(2 * config.downloadsPerHostMax);
     this.target.inFlight = this.inFlight;
   }
 
@@ -193,6 +195,7 @@ export class SwarmCore {
     const rack =
       spec.rack === undefined ? NONE : labelId(this.rackIds, `${spec.zone ?? ''}\u0000${spec.rack}`);
     this.search.join(host, zone, rack);
+    this.origin.join(host);
     this.parked.setLabels(host, rack, zone);
     this.parents.reset(host, Math.max(0, spec.uploadBytesPerSecond));
     this.hostsPresent++;
@@ -264,6 +267,31 @@ export class SwarmCore {
       case 'cancelled':
         this.stats.transfersCancelled++;
         break;
+    }
+    if (this.isDownloading(host)) this.ready.add(host);
+  }
+
+  /**
+   * The shell expects `transferId` to finish within about one request latency (its remaining bytes
+   * at its current rate): the transfer's download and upload slots are planned again now, so the
+   * next request overlaps its last bytes (request pipelining) instead of leaving both links idle
+   * for a round trip. The piece stays in flight until the transfer is reported. A hint for an
+   * unknown, finished, cancelled or already ending transfer changes nothing, and so does one for a
+   * host already ending downloadsPerHostMax transfers (which bounds its transfers in flight).
+   */
+  handleTransferEnding(nowMs: number, transferId: number): void {
+    this.tick(nowMs);
+    const slot = this.transfers.slotOf(transferId);
+    if (slot === NONE || this.transfers.isEnding(slot) || this.transfers.isCancelled(slot)) return;
+    const host = this.transfers.host[slot]!;
+    if (this.transfers.endingDownloads[host]! >= this.downloadsMax) return;
+    const from = this.transfers.from[slot]!;
+    this.transfers.markEnding(slot);
+    if (from === ORIGIN) {
+      this.origin.end(host);
+    } else {
+      this.refreshUploader(from);
+      this.offers.add(from);
     }
     if (this.isDownloading(host)) this.ready.add(host);
   }
@@ -349,6 +377,120 @@ export class SwarmCore {
   parentScore(host: HostId, parent: HostId): number {
     if (!this.isPresent(host) || !this.isPresent(parent)) return -1;
     return this.search.score(host, parent, NONE);
+  }
+
+  // ---- self-check ---------------------------------------------------------------------------------
+
+  /**
+   * Asserts that every derived structure agrees with the ground truth it is derived from: the held
+   * bitfields (piece counts, holder rows, copy counts, the rarity order, free uploaders) and the
+   * transfer lists (slot counts, pieces in flight, origin readers), and that parked hosts are
+   * hungry. O(hosts x pieces): for tests and debugging, never on a hot path.
+   */
+  checkInvariants(): void {
+    const inFlight = this.checkTransfers();
+    const copies = new Int32Array(this.pieceCount);
+    let freeUploaders = 0;
+    let downloading = 0;
+    for (let host = 0; host < this.present.length; host++) {
+      const present = this.present[host] === 1;
+      const held = this.held[host];
+      const counted = present && this.parents.banned[host] !== 1;
+      let heldCount = 0;
+      for (let piece = 0; piece < this.pieceCount; piece++) {
+        const has = held !== undefined && hasBit(held, piece);
+        if (has) heldCount++;
+        if (has && counted) copies[piece]!++;
+        if (this.holders.has(piece, host) !== (has && counted))
+          assert(false, `holder bit of ${piece} at ${host}`);
+      }
+      if (present !== (held !== undefined))
+        assert(false, `host ${host}: present but no bitfield, or the reverse`);
+      if (this.heldCounts[host] !== heldCount)
+        assert(false, `host ${host}: held count ${this.heldCounts[host]}`);
+      const free =
+        present &&
+        heldCount > 0 &&
+        this.parents.banned[host] !== 1 &&
+        this.transfers.uploads[host]! < this.uploadsMax;
+      if (this.search.isFree(host) !== free) assert(false, `host ${host}: free-uploader bit is ${!free}`);
+      if (free) freeUploaders++;
+      if (present && heldCount < this.pieceCount) downloading++;
+      if (this.parked.has(host)) {
+        if (!this.isDownloading(host)) assert(false, `host ${host} is parked but not downloading`);
+        if (this.transfers.downloads[host]! >= this.downloadsMax)
+          assert(false, `host ${host} is parked with no free slot`);
+      }
+      for (let piece = 0; present && piece < this.pieceCount; piece++) {
+        const expected = inFlight.get(host * this.pieceCount + piece) ?? 0;
+        if (this.inFlight.count(host, piece) !== expected)
+          assert(false, `host ${host}: piece ${piece} in flight`);
+      }
+    }
+    for (let piece = 0; piece < this.pieceCount; piece++)
+      if (this.rarity.count[piece] !== copies[piece])
+        assert(false, `piece ${piece}: ${this.rarity.count[piece]} copies`);
+    this.rarity.checkOrder();
+    if (this.search.freeUploaders !== freeUploaders)
+      assert(false, `free uploaders: ${this.search.freeUploaders}`);
+    if (this.hostsDownloading !== downloading) assert(false, `hosts downloading: ${this.hostsDownloading}`);
+  }
+
+  /**
+   * Recounts the transfer lists against the per-host slot counts and the origin's readers; returns
+   * the transfers in flight per (host, piece), keyed host * pieceCount + piece.
+   */
+  private checkTransfers(): Map<number, number> {
+    const perPiece = new Map<number, number>();
+    const originPerPiece = new Map<number, number>();
+    let total = 0;
+    let originActive = 0;
+    for (let host = 0; host < this.present.length; host++) {
+      let downloads = 0;
+      let ending = 0;
+      let fromOrigin = 0;
+      for (
+        let slot = this.transfers.firstDownload(host);
+        slot !== NONE;
+        slot = this.transfers.nextDownload(slot)
+      ) {
+        const piece = this.transfers.piece[slot]!;
+        const isEnding = this.transfers.isEnding(slot);
+        total++;
+        if (isEnding) ending++;
+        else downloads++;
+        perPiece.set(host * this.pieceCount + piece, (perPiece.get(host * this.pieceCount + piece) ?? 0) + 1);
+        if (this.transfers.from[slot] !== ORIGIN) continue;
+        originPerPiece.set(piece, (originPerPiece.get(piece) ?? 0) + 1);
+        if (!isEnding) fromOrigin++;
+      }
+      originActive += fromOrigin;
+      let uploads = 0;
+      for (
+        let slot = this.transfers.firstUpload(host);
+        slot !== NONE;
+        slot = this.transfers.nextUpload(slot)
+      ) {
+        if (!this.transfers.isEnding(slot)) uploads++;
+      }
+      if (this.transfers.downloads[host] !== downloads)
+        assert(false, `host ${host}: ${downloads} downloads listed`);
+      if (this.transfers.endingDownloads[host] !== ending)
+        assert(false, `host ${host}: ${ending} ending listed`);
+      if (this.transfers.uploads[host] !== uploads) assert(false, `host ${host}: ${uploads} uploads listed`);
+      if (this.origin.transfersTo(host) !== fromOrigin)
+        assert(false, `host ${host}: ${fromOrigin} origin transfers`);
+    }
+    if (this.transfers.inFlight !== total)
+      assert(false, `${total} transfers listed, ${this.transfers.inFlight} counted`);
+    if (this.origin.active !== originActive)
+      assert(false, `origin readers: ${this.origin.active}, listed ${originActive}`);
+    for (let piece = 0; piece < this.pieceCount; piece++) {
+      const expected = originPerPiece.get(piece) ?? 0;
+      if (this.origin.inFlight(piece) !== expected)
+        assert(false, `piece ${piece}: origin transfers in flight`);
+    }
+    return perPiece;
   }
 
   // ---- planning -----------------------------------------------------------------------------------
@@ -503,7 +645,9 @@ export class SwarmCore {
       slot !== NONE;
       slot = this.transfers.nextDownload(slot)
     ) {
-      if (this.transfers.isCancelled(slot) || this.transfers.isHedge(slot)) continue;
+      // An ending transfer's bytes are nearly all there: a second copy would only arrive later.
+      if (this.transfers.isCancelled(slot) || this.transfers.isHedge(slot) || this.transfers.isEnding(slot))
+        continue;
       const piece = this.transfers.piece[slot]!;
       if (hasBit(held, piece) || this.inFlight.count(host, piece) > 1) continue;
       const from = this.transfers.from[slot]!;
@@ -521,7 +665,10 @@ export class SwarmCore {
     return false;
   }
 
-  /** The origin's free readers go to parked (idle) hosts first, so first copies spread. */
+  /**
+   * The origin's free readers go to parked (idle) hosts first, so first copies spread; a host whose
+   * origin transfer just finished has usually parked too, and waits for its next turn.
+   */
   private fillOrigin(): void {
     if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity)) return;
     const cap = this.originPerHostMax();
@@ -529,7 +676,8 @@ export class SwarmCore {
       if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity) || this.parked.size === 0)
         return;
       const host = this.parked.random(this.random);
-      if (this.origin.transfersTo(host) >= cap) continue;
+      if (this.origin.transfersTo(host) >= cap || !this.origin.hasTurn(host, this.hostsDownloading, cap))
+        continue;
       if (!this.assignFirstCopy(host)) return;
       this.parkIfFull(host);
     }
@@ -584,10 +732,11 @@ export class SwarmCore {
   }
 
   /**
-   * Takes the offered piece, unless the host's usual search finds a rarer one with a free parent
-   * (a walk cut short by its limits takes nothing, so choices stay rarest-first). While searches are
-   * short (a large swarm where they mostly fail) the piece simply comes from the parent that
-   * offered it: the rarer pieces' holders are busy.
+   * Takes the offered piece, unless the host's usual search finds a rarer one with a free parent.
+   * A search cut short by its limits (every holder of the rarer pieces it looked at busy, or the
+   * host holding most rare pieces) still takes the offer: a free parent and a hungry host left idle
+   * cost more than a piece a little less rare. While searches are short (a large swarm where they
+   * mostly fail) the piece simply comes from the parent that offered it.
    */
   private takeOffered(host: number, piece: number, parent: number): void {
     if (this.searchesShort()) {
@@ -620,8 +769,6 @@ export class SwarmCore {
     ) {
       this.start(host, pick.piece, pick.parent, false);
       return;
-    } else if (pick.exhausted) {
-      return;
     }
     const best = this.search.findParent(host, piece, NONE);
     this.start(host, piece, best !== NONE ? best : parent, false);
@@ -646,11 +793,9 @@ export class SwarmCore {
   }
 
   private originMayServe(host: number): boolean {
-    return (
-      this.origin.hasFreeReader() &&
-      this.origin.hasUnserved(this.rarity) &&
-      this.origin.transfersTo(host) < this.originPerHostMax()
-    );
+    if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity)) return false;
+    const cap = this.originPerHostMax();
+    return this.origin.transfersTo(host) < cap && this.origin.hasTurn(host, this.hostsDownloading, cap);
   }
 
   private originPerHostMax(): number {
@@ -714,9 +859,10 @@ export class SwarmCore {
     const host = this.transfers.host[slot]!;
     const piece = this.transfers.piece[slot]!;
     const from = this.transfers.from[slot]!;
+    const ended = this.transfers.isEnding(slot);
     this.transfers.finish(slot);
     if (from === ORIGIN) {
-      this.origin.finish(host, piece);
+      this.origin.finish(host, piece, ended);
     } else if (this.isPresent(from)) {
       this.refreshUploader(from);
       this.offers.add(from);

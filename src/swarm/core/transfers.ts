@@ -6,6 +6,10 @@
  *
  * Transfer ids are `generation * SLOTS_MAX + slot`: a report that names a slot reused since (a
  * transfer dropped by removeHost and then reported anyway) does not match and is ignored.
+ *
+ * A transfer the shell says is ending (its last bytes are on their way) stays on both lists until it
+ * finishes but no longer counts in its host's `downloads` or its parent's `uploads`, the counts the
+ * slot limits read; `endingDownloads` counts it instead.
  */
 
 import { assert } from '../../errors.js';
@@ -17,6 +21,7 @@ const NONE = -1;
 const FLAG_ACTIVE = 1;
 const FLAG_HEDGE = 2;
 const FLAG_CANCELLED = 4;
+const FLAG_ENDING = 8;
 
 export class TransferTable {
   host = new Int32Array(0);
@@ -39,6 +44,7 @@ export class TransferTable {
   private headUp = new Int32Array(0);
   downloads = new Int32Array(0);
   uploads = new Int32Array(0);
+  endingDownloads = new Int32Array(0);
 
   constructor(initialCapacity: number) {
     this.growSlots(Math.max(16, initialCapacity));
@@ -57,6 +63,7 @@ export class TransferTable {
     this.headUp = grownInt32(this.headUp, size, NONE);
     this.downloads = grownInt32(this.downloads, size, 0);
     this.uploads = grownInt32(this.uploads, size, 0);
+    this.endingDownloads = grownInt32(this.endingDownloads, size, 0);
   }
 
   /** Starts a transfer and returns its slot. `from` is a host id or a negative id (the origin). */
@@ -75,7 +82,7 @@ export class TransferTable {
 
   /** Ends a transfer: unlinks it and frees its slot for reuse under a new generation. */
   finish(slot: number): void {
-    assert(this.isActive(slot), `transfer slot ${slot} finished twice`);
+    if (!this.isActive(slot)) assert(false, `transfer slot ${slot} finished twice`);
     this.unlinkDown(slot, this.host[slot]!);
     const from = this.from[slot]!;
     if (from >= 0) this.unlinkUp(slot, from);
@@ -92,7 +99,8 @@ export class TransferTable {
   /** The slot of an active transfer id, or -1 for an id that is unknown, finished or reused. */
   slotOf(transferId: number): number {
     if (!Number.isSafeInteger(transferId) || transferId < 0) return NONE;
-    const slot = transferId % TRANSFERS_IN_FLIGHT_MAX;
+    // Not `%`: on numbers past 2^31 it is a floating-point remainder, many times slower.
+    const slot = transferId - Math.floor(transferId / TRANSFERS_IN_FLIGHT_MAX) * TRANSFERS_IN_FLIGHT_MAX;
     if (slot >= this.capacity || !this.isActive(slot)) return NONE;
     return this.idOf(slot) === transferId ? slot : NONE;
   }
@@ -111,6 +119,21 @@ export class TransferTable {
 
   markCancelled(slot: number): void {
     this.flags[slot]! |= FLAG_CANCELLED;
+  }
+
+  isEnding(slot: number): boolean {
+    return (this.flags[slot]! & FLAG_ENDING) !== 0;
+  }
+
+  /** The transfer's slots on both ends are free for planning; it stays listed until it finishes. */
+  markEnding(slot: number): void {
+    if (!this.isActive(slot) || this.isEnding(slot)) assert(false, `transfer slot ${slot} cannot end`);
+    this.flags[slot]! |= FLAG_ENDING;
+    const host = this.host[slot]!;
+    this.downloads[host]!--;
+    this.endingDownloads[host]!++;
+    const from = this.from[slot]!;
+    if (from >= 0) this.uploads[from]!--;
   }
 
   /** A host's downloads, oldest first: firstDownload, then nextDownload until -1. */
@@ -147,7 +170,8 @@ export class TransferTable {
     else this.nextDown[prev] = next;
     if (next === NONE) this.tailDown[host] = prev;
     else this.prevDown[next] = prev;
-    this.downloads[host]!--;
+    if (this.isEnding(slot)) this.endingDownloads[host]!--;
+    else this.downloads[host]!--;
   }
 
   private linkUp(slot: number, from: number): void {
@@ -165,7 +189,7 @@ export class TransferTable {
     if (prev === NONE) this.headUp[from] = next;
     else this.nextUp[prev] = next;
     if (next !== NONE) this.prevUp[next] = prev;
-    this.uploads[from]!--;
+    if (!this.isEnding(slot)) this.uploads[from]!--;
   }
 
   private growSlots(capacity: number): void {

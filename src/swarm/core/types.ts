@@ -52,6 +52,10 @@ export interface SwarmConfig {
 
 /** A transfer the core wants started: `host` fetches `piece` from `from` (a host or ORIGIN). */
 export interface Assignment {
+  /**
+   * Unique among transfers in flight; a safe integer that passes 2^31 early in a long run (it
+   * carries a reuse generation), so shells keep it as a number, never in 32 bits.
+   */
   transferId: number;
   host: HostId;
   piece: number;
