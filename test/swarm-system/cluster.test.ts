@@ -249,4 +249,28 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       );
     });
   });
+
+  it('answers a local byte-range read that arrives before its pieces, with the right bytes', async () => {
+    await withCluster('lazy', { hosts: 1, hostMbps: 16, originMbps: 16 }, async (cluster) => {
+      await cluster.join(0);
+      const file = [...manifest.files].sort((a, b) => b.size - a.size)[0]!;
+      const start = file.size - 3 * PIECE - 1000;
+      const end = file.size - 1;
+      const before = await cluster.status(0);
+      const response = await fetch(
+        `${cluster.agentUrl(0)}/v1/local/models/${cluster.hex}/files/${file.path}`,
+        {
+          headers: { range: `bytes=${start}-${end}` },
+          signal: AbortSignal.timeout(60_000),
+        },
+      );
+      assert.equal(response.status, 206);
+      const body = Buffer.from(await response.arrayBuffer());
+      const { readFile } = await import('node:fs/promises');
+      const expected = (await readFile(join(modelDir, file.path))).subarray(start, end + 1);
+      assert.ok(body.equals(expected), 'the range read returned other bytes than the origin holds');
+      // The read was asked before those pieces were held (the model was far from complete).
+      assert.ok(!before.complete && before.held < before.pieceCount / 2, JSON.stringify(before));
+    });
+  });
 });
