@@ -42,6 +42,16 @@ export function parsePositiveInt(text: string, what: string): number {
   return value;
 }
 
+/** An optional `--*-mbps` flag (Mbit/s) as bytes per second; undefined when the flag is absent. */
+export function parseMbps(text: string | undefined, what: string): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new WeightcastError('USAGE', `${what} must be a positive number, got ${text}`);
+  }
+  return (value * 1_000_000) / 8;
+}
+
 export function formatBytes(bytes: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   let value = bytes;

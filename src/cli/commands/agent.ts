@@ -3,8 +3,7 @@
 import { Option, type Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
-import { mbpsToBytesPerSecond } from '../../util/throttle.js';
-import { parsePositiveInt } from '../../util/units.js';
+import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
 
@@ -44,14 +43,6 @@ export const registerAgent: RegisterCommand = (program: Command, io: CliIo, setE
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: AgentFlags) => setExitCode(await agentCommand(flags, io)));
 };
-
-function parseMbps(text: string | undefined, what: string): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (!Number.isFinite(value) || value <= 0)
-    throw new WeightcastError('USAGE', `${what} must be a positive number, got ${text}`);
-  return mbpsToBytesPerSecond(value);
-}
 
 async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

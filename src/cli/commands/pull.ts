@@ -4,13 +4,19 @@ import type { Command } from 'commander';
 import { isWeightcastError, type ErrorCode } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
-import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import {
+  formatBytes,
+  formatRate,
+  formatSeconds,
+  parseByteSize,
+  parseMbps,
+  parsePositiveInt,
+} from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
 import { openSource, withTokenOption } from './shared.js';
 import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
-import { mbpsToBytesPerSecond } from '../../util/throttle.js';
 import { WeightcastError } from '../../errors.js';
 
 /** Failures after which running the same pull again makes progress. */
@@ -182,15 +188,6 @@ function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: bool
   }
 }
 
-function parseMbpsFlag(text: string | undefined, what: string): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new WeightcastError('USAGE', `${what} must be a positive number, got ${text}`);
-  }
-  return mbpsToBytesPerSecond(value);
-}
-
 function parseListen(text: string): { host: string; port: number } {
   const match = /^(.*):(\d+)$/.exec(text);
   const port = match === null ? NaN : Number(match[2]);
@@ -230,8 +227,8 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
     let summary: Record<string, unknown>;
     if (flags.scheduler !== undefined) {
       const listen = parseListen(flags.listen ?? '127.0.0.1:0');
-      const upload = parseMbpsFlag(flags.uploadMbps, '--upload-mbps');
-      const download = parseMbpsFlag(flags.downloadMbps, '--download-mbps');
+      const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
+      const download = parseMbps(flags.downloadMbps, '--download-mbps');
       const result = await swarmPull(src, flags.to, {
         manifest,
         schedulerUrl: flags.scheduler,
