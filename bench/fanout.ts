@@ -1,7 +1,9 @@
 /**
  * `npm run bench:fanout`: one model to N hosts, two ways, on the same testbed. The naive leg has
  * every host pull from the origin at once; the swarm leg runs the weightcast scheduler next to the
- * origin and an agent on every host, and has every host pull through its agent. Each leg prints
+ * origin and an agent on every host, asks every agent for the model at once through its local API
+ * (the request a loader on that host makes), then has every host copy the model out with
+ * `pull --agent`. Each leg prints
  * T_last (until the last host finished), efficiency against the fluid bound, origin bytes per model
  * copy and the median host, next to the simulator's prediction for the same setting.
  *
@@ -17,7 +19,7 @@
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -404,17 +406,32 @@ async function measurePulls(
 ): Promise<LegMeasurement> {
   const { hostSet, work, model } = context;
   const dirs = hostSet.hosts.map((host) => join(work, leg, host.label));
+  const measured = await measureRuns(
+    context,
+    leg,
+    (host, index) => pullArgv(host, index, dirs[index] ?? ''),
+    timeoutMs,
+  );
+  log(`${leg}: verifying ${dirs.length} copies`);
+  const hostsVerified = await verifyCopies(hostSet, dirs, model);
+  if (!context.options.keep) await rm(join(work, leg), { recursive: true, force: true });
+  return { ...measured, hostsVerified };
+}
+
+/** Runs one command per host at once between two readings of the origin's TX counter and the CPU clocks. */
+async function measureRuns(
+  context: LegContext,
+  leg: string,
+  argvFor: (host: Endpoint, index: number) => string[],
+  timeoutMs: number,
+): Promise<LegMeasurement> {
+  const { hostSet } = context;
   const txBefore = await hostSet.txBytes(hostSet.origin.ns);
   const cpuBefore = cpuSecondsUsed(hostSet.livePids());
   const machineBefore = machineBusySeconds();
   const started = performance.now();
-  log(`${leg}: ${hostSet.hosts.length} pulls at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
-  const runs = await runOnEveryHost(
-    hostSet,
-    (host, index) => pullArgv(host, index, dirs[index] ?? ''),
-    timeoutMs,
-    { dir: context.logDir, name: `${leg}-pull` },
-  );
+  log(`${leg}: ${hostSet.hosts.length} hosts at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
+  const runs = await runOnEveryHost(hostSet, argvFor, timeoutMs, { dir: context.logDir, name: leg });
   const cpuAfter = cpuSecondsUsed(hostSet.livePids());
   const machineAfter = machineBusySeconds();
   const wallSeconds = (performance.now() - started) / 1000;
@@ -426,14 +443,11 @@ async function measurePulls(
       ? undefined
       : (machineAfter - machineBefore) / wallSeconds;
   for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
-  log(`${leg}: verifying ${dirs.length} copies`);
-  const hostsVerified = await verifyCopies(hostSet, dirs, model);
-  if (!context.options.keep) await rm(join(work, leg), { recursive: true, force: true });
   const problems = runs.flatMap((run) => (run.problem === undefined ? [] : [run.problem]));
   return {
     leg,
     hostSeconds: runs.map((run) => run.seconds),
-    hostsVerified,
+    hostsVerified: 0,
     originBytes,
     ...(cpuCores === undefined ? {} : { cpuCores }),
     ...(machineCores === undefined ? {} : { machineCores }),
@@ -475,31 +489,22 @@ function swarmCliProblem(): string | undefined {
 }
 
 /**
- * When each host held the verified model in its agent, before `pull --agent` copied it out: the
- * pull's exit time minus the copy, both from its JSON events (`agent-complete`, `done`).
+ * Asks every host's agent for the model through its local API, as a loader or an operator on
+ * that host would (`POST /v1/local/models`), and times each host until its agent holds the whole
+ * model verified (a status request that waits for completion). Both requests are made with curl
+ * inside the host's namespace: starting eight Node processes at once on a 2-core machine costs
+ * seconds of CPU that a real fleet, one host per machine, never shares.
  */
-function agentsHold(context: LegContext, pulls: LegMeasurement): LegMeasurement {
-  const hostSeconds = context.hostSet.hosts.map((host, index) => {
-    const exitSeconds = pulls.hostSeconds[index];
-    if (exitSeconds === undefined) return undefined;
-    let agentComplete: number | undefined;
-    let done: number | undefined;
-    const path = join(context.logDir, `swarm-pull-${host.label}.log`);
-    for (const line of existsSync(path) ? readFileSync(path, 'utf8').split('\n') : []) {
-      if (!line.startsWith('{')) continue;
-      try {
-        const event = JSON.parse(line) as { event?: string; seconds?: number };
-        if (event.event === 'agent-complete') agentComplete = event.seconds;
-        if (event.event === 'done') done = event.seconds;
-      } catch {
-        // Not an event line.
-      }
-    }
-    return agentComplete === undefined || done === undefined
-      ? undefined
-      : exitSeconds - (done - agentComplete);
-  });
-  return { ...pulls, leg: 'swarm', hostSeconds };
+function joinScript(): string {
+  return [
+    'set -eu',
+    'curl -sS --fail-with-body --max-time 30 -H "content-type: application/json" --data-binary "@$2" "$1/v1/local/models" >/dev/null',
+    'for attempt in $(seq 1 20); do',
+    '  if curl -sS --max-time 70 "$1/v1/local/models/$3?waitCompleteMs=60000" | grep -q \'"complete":true\'; then exit 0; fi',
+    '  sleep 0.2',
+    'done',
+    'exit 1',
+  ].join('\n');
 }
 
 async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
@@ -516,9 +521,23 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       LEG_TIMEOUT_MIN_MS,
       LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(setting) * 1000,
     );
-    const measured = await measurePulls(
+    const joinPath = join(work, 'join.json');
+    await writeFile(
+      joinPath,
+      JSON.stringify({ source: originUrl, manifest: readFileSync(model.manifestPath, 'utf8') }),
+    );
+    const hex = model.digest.slice('sha256:'.length);
+    const joined = await measureRuns(
       context,
       'swarm',
+      (_host, index) => ['sh', '-c', joinScript(), 'join', agentUrls[index] ?? '', joinPath, hex],
+      timeoutMs,
+    );
+    // Then every host copies the model out of its agent (`pull --agent`: a verified copy into its
+    // own directory); the agents already hold it, so this times the copy alone.
+    const pulls = await measurePulls(
+      context,
+      'swarm-copy',
       (_host, index, dir) => [
         NODE,
         CLI,
@@ -534,7 +553,21 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       ],
       timeoutMs,
     );
-    return [agentsHold(context, measured), { ...measured, leg: 'swarm + copy out' }];
+    const hostSeconds = joined.hostSeconds.map((seconds, index) => {
+      const copy = pulls.hostSeconds[index];
+      return seconds === undefined || copy === undefined ? undefined : seconds + copy;
+    });
+    return [
+      // The agents' bytes are checked by the copies: each copy is verified against the manifest.
+      { ...joined, hostsVerified: pulls.hostsVerified },
+      {
+        ...joined,
+        leg: 'swarm + copy out',
+        hostSeconds,
+        hostsVerified: pulls.hostsVerified,
+        ...(pulls.problem === undefined ? {} : { problem: pulls.problem }),
+      },
+    ];
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     log(`swarm: failed: ${message}`);
@@ -578,6 +611,7 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     const caps = loopback ? ['--upload-mbps', String(host.mbps), '--download-mbps', String(host.mbps)] : [];
     const argv = [
       NODE,
+      ...profileFlags(),
       CLI,
       'agent',
       '--scheduler',
@@ -596,6 +630,12 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     return firstMatch(agent, pattern, START_TIMEOUT_MS, `agent on ${host.label}`);
   });
   return (await Promise.all(listening)).map((match) => match[1] ?? '');
+}
+
+/** Set WEIGHTCAST_PROFILE_DIR to have every agent write a CPU profile (node --cpu-prof) there. */
+function profileFlags(): string[] {
+  const dir = process.env['WEIGHTCAST_PROFILE_DIR'];
+  return dir === undefined || dir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`];
 }
 
 /** A port that was free a moment ago on 127.0.0.1 (loopback mode, where every service shares one address). */
@@ -703,8 +743,9 @@ function printReport(report: Report): void {
   }
   if (swarm !== undefined) {
     console.log(
-      "swarm: until each host's agent holds the verified model (what a loader on that host reads from); " +
-        'swarm + copy out: until `pull --agent` has also copied it into its own directory, verified again and fsynced.',
+      "swarm: from asking every host's agent for the model (local API, all at once) until each agent holds it verified " +
+        '(what a loader on that host reads from); swarm + copy out: plus the time `pull --agent`, run on every host ' +
+        'afterwards, takes to copy it into its own directory, verified again and fsynced.',
     );
   }
   if (report.mode === 'netns') {

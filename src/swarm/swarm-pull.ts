@@ -122,6 +122,9 @@ export interface AgentPullOptions {
   onPullEvent?: (event: PullEvent) => void;
 }
 
+/** How often a pull through an agent hears of its progress while the agent fills the model. */
+const PROGRESS_PERIOD_MS = 500;
+
 const statusSchema = z.object({
   model: z.string(),
   pieceCount: z.number(),
@@ -160,13 +163,13 @@ export async function agentPull(
     manifest: encodeManifest(options.manifest).toString('utf8'),
     ...(options.token === undefined ? {} : { token: options.token }),
   });
+  // Each status request waits at the agent until the model is complete, or for one progress period.
   let status = await call(`/v1/local/models/${hex}`, 'GET');
   for (;;) {
     options.onProgress?.(status);
     if (status.complete) break;
-    await sleep(200, undefined, options.signal ? { signal: options.signal } : {}).catch(() => undefined);
     if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
-    status = await call(`/v1/local/models/${hex}`, 'GET');
+    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${PROGRESS_PERIOD_MS}`, 'GET');
   }
   options.onAgentComplete?.(status);
   const origin = new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {

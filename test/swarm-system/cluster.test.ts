@@ -271,6 +271,14 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       assert.ok(body.equals(expected), 'the range read returned other bytes than the origin holds');
       // The read was asked before those pieces were held (the model was far from complete).
       assert.ok(!before.complete && before.held < before.pieceCount / 2, JSON.stringify(before));
+      // A status request may wait for completion: it answers complete, not before.
+      const statusUrl = `${cluster.agentUrl(0)}/v1/local/models/${cluster.hex}`;
+      const waited = (await (
+        await fetch(`${statusUrl}?waitCompleteMs=60000`, { signal: AbortSignal.timeout(70_000) })
+      ).json()) as { complete: boolean; held: number; pieceCount: number };
+      assert.ok(waited.complete && waited.held === waited.pieceCount, JSON.stringify(waited));
+      const bad = await fetch(`${statusUrl}?waitCompleteMs=-5`, { signal: AbortSignal.timeout(10_000) });
+      assert.equal(bad.status, 400);
     });
   });
 });

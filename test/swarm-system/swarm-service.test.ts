@@ -112,4 +112,33 @@ describe('SwarmService (scheduler shell, fake time)', () => {
       code: 'SWARM_UNKNOWN_HOST',
     });
   });
+
+  it('plans the next download when an agent says a transfer is ending (pipelining), and only its own', () => {
+    const service = new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(12)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      originReaders: 1,
+      downloadsPerHost: 1,
+    });
+    const a = register(service, 0, 'a');
+    const b = register(service, 0, 'b');
+    const first = service.takeReply(a).assignments;
+    assert.equal(first.length, 1, 'one download slot, one origin reader: one transfer for a');
+    service.takeReply(b);
+    // b may not announce a's transfer as ending: nothing changes.
+    service.sync(10, b, { reports: [], waitMs: 0, ending: [first[0]!.transferId] });
+    assert.equal(service.takeReply(a).assignments.length, 0);
+    // a announces it: the origin's reader is planned again before the report (it goes to b, which
+    // has had nothing so far), and a's download slot is free for the next piece.
+    service.sync(20, a, { reports: [], waitMs: 0, ending: [first[0]!.transferId] });
+    const next = [...service.takeReply(a).assignments, ...service.takeReply(b).assignments];
+    assert.equal(next.length, 1, 'the next origin read is assigned while the first is ending');
+    assert.notEqual(next[0]!.piece, first[0]!.piece);
+    assert.equal(service.status().transfersInFlight, 2);
+    // Announcing twice is harmless; the report then closes the first transfer as usual.
+    service.sync(30, a, { reports: [], waitMs: 0, ending: [first[0]!.transferId] });
+    assert.equal(service.takeReply(a).assignments.length + service.takeReply(b).assignments.length, 0);
+    service.sync(40, a, { reports: [{ transferId: first[0]!.transferId, outcome: 'verified' }], waitMs: 0 });
+    assert.equal(service.core.heldCount(a), 1);
+    service.core.checkInvariants();
+  });
 });

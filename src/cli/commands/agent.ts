@@ -77,6 +77,10 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
 }
 
 function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
+  // Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every piece with a wall-clock time, to study a run's timing.
+  if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1' && event.type === 'piece') {
+    io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), ...event }) + '\n');
+  }
   if (json) {
     if (event.type !== 'piece') io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
     return;

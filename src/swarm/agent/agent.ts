@@ -92,6 +92,8 @@ interface Joined {
 /** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
 const RATE_UNKNOWN = 1.25e9;
 const LOCAL_READS_MAX = 32;
+/** Longest a local status request may wait for the model to complete. */
+const LOCAL_STATUS_WAIT_MS_MAX = 60_000;
 const UPLOAD_CHUNK_BYTES = 256 * 1024;
 
 const joinSchema = z.object({
@@ -150,6 +152,23 @@ export class Agent {
   /** Resolves when the model is complete on this host. */
   async whenComplete(hex: string): Promise<void> {
     await this.model(hex).member.complete;
+  }
+
+  /** Long poll: returns when the model is complete, `waitMs` passed, or the client went away. */
+  private async waitComplete(hex: string, waitMs: number, res: ServerResponse): Promise<void> {
+    const complete = this.model(hex).member.complete;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onClose: (() => void) | undefined;
+    await Promise.race([
+      complete,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, waitMs);
+        onClose = resolve;
+        res.once('close', onClose);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (onClose !== undefined) res.off('close', onClose);
   }
 
   member(hex: string): SwarmMember {
@@ -335,7 +354,7 @@ export class Agent {
       if (!isSameHost(req.socket)) {
         return sendJson(res, 403, { code: 'FORBIDDEN', message: 'the local API answers only this machine' });
       }
-      return this.handleLocal(req, res, parts.slice(2));
+      return this.handleLocal(req, res, parts.slice(2), url.searchParams);
     }
     return notFound(req, res);
   }
@@ -360,7 +379,12 @@ export class Agent {
     }
   }
 
-  private async handleLocal(req: IncomingMessage, res: ServerResponse, parts: string[]): Promise<void> {
+  private async handleLocal(
+    req: IncomingMessage,
+    res: ServerResponse,
+    parts: string[],
+    query: URLSearchParams,
+  ): Promise<void> {
     if (parts[0] !== 'models') return notFound(req, res);
     if (req.method === 'POST' && parts.length === 1) {
       const body = parseMessage(joinSchema, await readJsonBody(req), 'join request');
@@ -373,7 +397,11 @@ export class Agent {
       return sendJson(res, 200, status);
     }
     const hex = parseMessage(modelHex, parts[1] ?? '', 'model name');
-    if (req.method === 'GET' && parts.length === 2) return sendJson(res, 200, this.status(hex));
+    if (req.method === 'GET' && parts.length === 2) {
+      const waitMs = parseWaitMs(query.get('waitCompleteMs'));
+      if (waitMs > 0) await this.waitComplete(hex, waitMs, res);
+      return sendJson(res, 200, this.status(hex));
+    }
     if ((req.method === 'GET' || req.method === 'HEAD') && parts[2] === 'files' && parts.length > 3) {
       return this.serveFile(hex, decodeURIComponent(parts.slice(3).join('/')), req, res, 'local');
     }
@@ -483,6 +511,19 @@ export class Agent {
       if (reusable && pooled.length === entry.map.pieceSize) this.uploadBuffers.push(pooled);
     }
   }
+}
+
+/** `?waitCompleteMs=N` on a status request: how long it may wait for completion (0: answer now). */
+function parseWaitMs(value: string | null): number {
+  if (value === null) return 0;
+  const ms = Number(value);
+  if (!Number.isInteger(ms) || ms < 0 || ms > LOCAL_STATUS_WAIT_MS_MAX) {
+    throw new WeightcastError(
+      'USAGE',
+      `waitCompleteMs must be an integer from 0 to ${LOCAL_STATUS_WAIT_MS_MAX}, got ${value}`,
+    );
+  }
+  return ms;
 }
 
 function notFound(req: IncomingMessage, res: ServerResponse): void {

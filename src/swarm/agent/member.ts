@@ -93,10 +93,22 @@ const PEER_HAVE_REFRESH_MS = 1000;
 const FALLBACK_ORIGIN_READS_MAX = 2;
 /** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
 const READ_CHUNK_CAPPED_BYTES = 512 * 1024;
+/**
+ * Pipelining: a transfer expected to end within the lead time is announced as ending, so the
+ * scheduler plans the next download (and the parent's next upload) while this one finishes. The
+ * lead is a few scheduler round trips, bounded.
+ */
+const ENDING_LEAD_MIN_MS = 30;
+const ENDING_LEAD_MAX_MS = 250;
+const ENDING_LEAD_ROUND_TRIPS = 3;
+/** Weight of the newest sample in the running estimates of flow rate and scheduler round trip. */
+const EWMA_WEIGHT = 0.2;
 
 interface Fetch {
   piece: number;
   controller: AbortController;
+  /** Fires when the transfer is expected to be nearly done; cleared when it ends. */
+  endingTimer?: ReturnType<typeof setTimeout>;
 }
 
 export class SwarmMember {
@@ -114,6 +126,11 @@ export class SwarmMember {
   private readonly queue: WireAssignment[] = [];
   private readonly reports: Report[] = [];
   private readonly urgentPieces = new Set<number>();
+  /** Transfers to announce as ending on the next sync. */
+  private readonly endingNotices = new Set<number>();
+  /** Running estimates: one flow's bytes per second, and a short sync's round trip. */
+  private flowBytesPerSecond: number | undefined;
+  private syncRoundTripMs: number | undefined;
   private reporting = false;
   private completed = false;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
@@ -244,13 +261,19 @@ export class SwarmMember {
   private async syncOnce(
     reports: Report[],
     waitMs: number,
+    ending: number[] = [],
   ): Promise<ReturnType<typeof syncReplySchema.parse> | undefined> {
     const host = this.host;
     if (host === undefined) return undefined;
     const urgent = [...this.urgentPieces].filter((piece) => !this.options.store.has(piece));
     const raw = await callJson(`${this.swarmUrl()}/hosts/${host}/sync`, 'the scheduler', {
       method: 'POST',
-      body: { reports, waitMs, ...(urgent.length > 0 ? { urgent } : {}) },
+      body: {
+        reports,
+        waitMs,
+        ...(urgent.length > 0 ? { urgent } : {}),
+        ...(ending.length > 0 ? { ending } : {}),
+      },
       timeoutMs: waitMs + SCHEDULER_TIMEOUT_MS,
       signal: this.controller.signal,
     });
@@ -271,12 +294,16 @@ export class SwarmMember {
 
   private flushReports(): void {
     if (this.reporting || this.host === undefined) return;
-    if (this.reports.length === 0 && this.urgentPieces.size === 0) return;
+    if (this.reports.length === 0 && this.urgentPieces.size === 0 && this.endingNotices.size === 0) return;
     this.reporting = true;
     const batch = this.reports.splice(0);
+    const ending = [...this.endingNotices].filter((transferId) => this.fetches.has(transferId));
+    this.endingNotices.clear();
     this.urgentSent();
-    this.syncOnce(batch, 0)
+    const sent = performance.now();
+    this.syncOnce(batch, 0, ending)
       .then((reply) => {
+        this.syncRoundTripMs = ewma(this.syncRoundTripMs, performance.now() - sent);
         if (reply) this.apply(reply);
       })
       .catch((error: unknown) => {
@@ -285,7 +312,7 @@ export class SwarmMember {
       })
       .finally(() => {
         this.reporting = false;
-        if (this.reports.length > 0) this.flushReports();
+        if (this.reports.length > 0 || this.endingNotices.size > 0) this.flushReports();
       });
   }
 
@@ -334,7 +361,9 @@ export class SwarmMember {
     const host = this.host;
     const controller = new AbortController();
     const signal = AbortSignal.any([controller.signal, this.controller.signal]);
-    this.fetches.set(assignment.transferId, { piece: assignment.piece, controller });
+    const fetch: Fetch = { piece: assignment.piece, controller };
+    this.fetches.set(assignment.transferId, fetch);
+    this.scheduleEndingNotice(assignment.transferId, fetch);
     try {
       const source = assignment.from === 'origin' ? 'origin' : assignment.from;
       const { outcome, bytesPerSecond } = await this.fetchPiece(assignment.piece, source, signal);
@@ -345,8 +374,33 @@ export class SwarmMember {
         ...(bytesPerSecond === undefined ? {} : { bytesPerSecond }),
       });
     } finally {
+      clearTimeout(fetch.endingTimer);
+      this.endingNotices.delete(assignment.transferId);
       this.fetches.delete(assignment.transferId);
     }
+  }
+
+  /**
+   * Arms the pipelining notice: from the running flow-rate estimate, when this transfer should be
+   * one lead time from its end. No estimate yet (the first pieces), no notice.
+   */
+  private scheduleEndingNotice(transferId: number, fetch: Fetch): void {
+    const rate = this.flowBytesPerSecond;
+    if (rate === undefined || rate <= 0) return;
+    const expectedMs = (this.options.map.pieceLength(fetch.piece) / rate) * 1000;
+    const leadMs = Math.min(
+      ENDING_LEAD_MAX_MS,
+      Math.max(ENDING_LEAD_MIN_MS, ENDING_LEAD_ROUND_TRIPS * (this.syncRoundTripMs ?? 0)),
+    );
+    fetch.endingTimer = setTimeout(
+      () => {
+        if (this.fetches.get(transferId) !== fetch) return;
+        this.endingNotices.add(transferId);
+        this.flushReports();
+      },
+      Math.max(0, expectedMs - leadMs),
+    );
+    fetch.endingTimer.unref();
   }
 
   /** Fetches, verifies and stores one piece; never throws (the outcome says what happened). */
@@ -432,6 +486,7 @@ export class SwarmMember {
       this.completeResolve();
       this.options.onEvent?.({ type: 'complete' });
     }
+    this.flowBytesPerSecond = ewma(this.flowBytesPerSecond, length / seconds);
     return { outcome: 'verified', bytesPerSecond: length / seconds };
   }
 
@@ -559,4 +614,8 @@ export class SwarmMember {
         });
     }
   }
+}
+
+function ewma(previous: number | undefined, sample: number): number {
+  return previous === undefined ? sample : previous + EWMA_WEIGHT * (sample - previous);
 }

@@ -138,6 +138,11 @@ export class SwarmService {
         ...(report.bytesPerSecond === undefined ? {} : { bytesPerSecond: report.bytesPerSecond }),
       });
     }
+    for (const transferId of message.ending ?? []) {
+      const transfer = this.transferHost.get(transferId);
+      if (transfer === undefined || transfer.host !== host) continue;
+      this.core.handleTransferEnding(nowMs, transferId);
+    }
     const urgent = (message.urgent ?? []).filter((piece) => piece < this.map.pieceCount);
     if (urgent.length > 0) this.core.prioritize(nowMs, host, urgent);
     this.distribute(nowMs);

@@ -70,6 +70,11 @@ export const syncSchema = z.object({
   reports: z.array(reportSchema).max(SYNC_ITEMS_MAX),
   /** Pieces that should come first because a reader is waiting on them. */
   urgent: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX).optional(),
+  /**
+   * Transfers about to finish (pipelining): the scheduler may plan this host's next download, and
+   * the parent's next upload, now, so the next request starts as this one ends.
+   */
+  ending: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX).optional(),
   /** How long the scheduler may hold the request when it has nothing to say. */
   waitMs: z.number().int().nonnegative().max(SYNC_WAIT_MS_MAX),
 });
