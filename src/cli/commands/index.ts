@@ -5,7 +5,9 @@ import type { CliIo } from '../io.js';
 import { registerInspect } from './inspect.js';
 import { registerManifest } from './manifest.js';
 import { registerPull } from './pull.js';
+import { registerLoad } from './load.js';
 import { registerVerify } from './verify.js';
+import { registerPlan } from './plan.js';
 import { registerSim } from './sim.js';
 import { registerScheduler } from './scheduler.js';
 import { registerAgent } from './agent.js';
@@ -18,7 +20,9 @@ export const COMMANDS: RegisterCommand[] = [
   registerInspect,
   registerManifest,
   registerVerify,
+  registerPlan,
   registerPull,
+  registerLoad,
   registerScheduler,
   registerAgent,
   registerSim,

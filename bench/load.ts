@@ -1,0 +1,321 @@
+/**
+ * `npm run bench:load`: the streaming loader against baselines measured in the same run on the same
+ * files. A synthetic llama checkpoint (4 GiB by default, `--size-mb N`) is written once into a temp
+ * directory and reused by later runs. Rows:
+ *   - raw `cat` of the safetensors files to /dev/null, warm page cache (and cold when root can drop
+ *     caches through /proc/sys/vm/drop_caches);
+ *   - streaming load into memory (tensors consumed and discarded), without and with a manifest;
+ *   - `weightcast load --format shm` (tensors written into /dev/shm);
+ *   - a one-file-at-a-time serial loader (readFile each file, then parse it);
+ *   - torch.load of the same weights (a slot: `torchLoadRow` returns null until its script exists
+ *     and python3 can import torch).
+ * Every loader runs in a child process, so its peak RSS (maxRSS) is its own.
+ * Options: --size-mb N (default 4096), --memory-mb M (default 512: the peak RSS goal; the loaders'
+ * buffers get M - 64 MiB, the rest is Node itself), --no-cold.
+ */
+
+import { spawn } from 'node:child_process';
+import { access, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseSafetensorsBuffer } from '../src/format/safetensors.js';
+import { loadTensors } from '../src/loader/stream/load.js';
+import { buildManifest } from '../src/manifest/build.js';
+import { loadManifest, writeManifest } from '../src/manifest/manifest.js';
+import { LocalOrigin } from '../src/origin/local.js';
+import { synthesizeModel } from '../src/synth/synth.js';
+
+const BIN = fileURLToPath(new URL('../../bin/weightcast.js', import.meta.url));
+const SELF = fileURLToPath(import.meta.url);
+const MiB = 1024 * 1024;
+/** Node's own resident memory (code, heap, worker threads) next to the loader's buffers. */
+const RUNTIME_ALLOWANCE_MB = 64;
+
+interface Measured {
+  seconds: number;
+  peakRssBytes: number | undefined;
+  note?: string;
+}
+
+interface Row {
+  what: string;
+  bytes: number;
+  measured: Measured | undefined;
+  goal: string;
+  /** Filled in against the warm cat row. */
+  met?: boolean;
+}
+
+// ---- child processes: one loader each, printing {seconds, peakRssBytes} -------------------------
+
+async function childMain(kind: string, dir: string, memoryMb: number, manifestPath: string): Promise<void> {
+  const started = performance.now();
+  let bytes = 0;
+  let checksum = 0;
+  if (kind === 'serial') {
+    for (const name of (await readdir(dir)).filter((n) => n.endsWith('.safetensors')).sort()) {
+      const file = await readFile(join(dir, name));
+      const header = parseSafetensorsBuffer(file, name);
+      for (const tensor of header.tensors) {
+        const view = file.subarray(tensor.start, tensor.end);
+        checksum ^= view.length > 0 ? (view[view.length - 1] as number) : 0;
+        bytes += view.length;
+      }
+    }
+  } else {
+    const manifest = kind === 'stream-verified' ? await loadManifest(manifestPath) : undefined;
+    for await (const tensor of loadTensors(dir, {
+      memoryBytes: memoryMb * MiB,
+      ...(manifest === undefined ? {} : { manifest }),
+    })) {
+      const view = tensor.bytes;
+      checksum ^= view.length > 0 ? (view[view.length - 1] as number) : 0;
+      bytes += view.length;
+    }
+  }
+  const seconds = (performance.now() - started) / 1000;
+  process.stdout.write(
+    JSON.stringify({ seconds, bytes, checksum, peakRssBytes: process.resourceUsage().maxRSS * 1024 }) + '\n',
+  );
+}
+
+function run(command: string, args: readonly string[]): Promise<{ seconds: number; stdout: string }> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      const seconds = (performance.now() - started) / 1000;
+      if (code === 0) resolve({ seconds, stdout });
+      else reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${stderr.slice(-2000)}`));
+    });
+  });
+}
+
+async function loaderChild(
+  kind: string,
+  dir: string,
+  memoryMb: number,
+  manifestPath: string,
+): Promise<Measured> {
+  const { stdout } = await run(process.execPath, [
+    SELF,
+    '--child',
+    kind,
+    dir,
+    String(memoryMb),
+    manifestPath,
+  ]);
+  const result = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as Measured;
+  return { seconds: result.seconds, peakRssBytes: result.peakRssBytes };
+}
+
+// ---- baselines -------------------------------------------------------------------------------------
+
+async function catFiles(files: readonly string[]): Promise<Measured> {
+  const { seconds } = await run('sh', ['-c', 'cat "$@" > /dev/null', 'sh', ...files]);
+  return { seconds, peakRssBytes: undefined };
+}
+
+/** Drops the page cache when this process may (root); false when it cannot. */
+async function dropCaches(): Promise<boolean> {
+  if (process.getuid?.() !== 0) return false;
+  try {
+    await run('sync', []);
+    await writeFile('/proc/sys/vm/drop_caches', '3\n');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The torch.load baseline: the same weights saved with torch.save, loaded by torch.load in a
+ * python3 child. A slot for now: it returns null (the row then says why) until the script exists;
+ * fill it in to return `{ seconds, peakRssBytes }` measured like the other children.
+ */
+async function torchLoadRow(_dir: string): Promise<Measured | null> {
+  try {
+    await access('/usr/bin/python3');
+    await run('/usr/bin/python3', ['-c', 'import torch']);
+  } catch {
+    return null;
+  }
+  return null;
+}
+
+async function shmLoad(dir: string, memoryMb: number, to: string): Promise<Measured> {
+  await rm(to, { recursive: true, force: true });
+  try {
+    const { stdout } = await run(process.execPath, [
+      BIN,
+      'load',
+      dir,
+      '--format',
+      'shm',
+      '--to',
+      to,
+      '--memory-mb',
+      String(memoryMb),
+      '--json',
+    ]);
+    const summary = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as {
+      seconds: number;
+      peakRssBytes: number;
+    };
+    return { seconds: summary.seconds, peakRssBytes: summary.peakRssBytes };
+  } finally {
+    await rm(to, { recursive: true, force: true });
+  }
+}
+
+// ---- the synthetic model, cached between runs ------------------------------------------------------
+
+async function cachedModel(sizeMb: number): Promise<{ dir: string; manifestPath: string }> {
+  const root = join(tmpdir(), `weightcast-bench-load-${sizeMb}mb`);
+  const dir = join(root, 'model');
+  const manifestPath = join(root, 'manifest.json');
+  const marker = join(root, 'complete');
+  if (
+    await stat(marker).then(
+      () => true,
+      () => false,
+    )
+  )
+    return { dir, manifestPath };
+  await rm(root, { recursive: true, force: true });
+  await mkdir(root, { recursive: true });
+  process.stderr.write(`synthesising a ${sizeMb} MiB llama checkpoint into ${root} (kept for later runs)\n`);
+  await synthesizeModel({ dir, arch: 'llama', sizeBytes: sizeMb * MiB, seed: 1 });
+  const origin = new LocalOrigin(dir);
+  await writeManifest(manifestPath, await buildManifest(origin));
+  await origin.close();
+  await writeFile(marker, new Date().toISOString() + '\n');
+  return { dir, manifestPath };
+}
+
+// ---- the table ---------------------------------------------------------------------------------------
+
+function printTable(rows: readonly Row[], catWarm: Measured): void {
+  const header = ['what', 'seconds', 'MiB/s', 'x cat warm', 'peak RSS', 'goal', 'met'];
+  const lines = rows.map((row) => {
+    const m = row.measured;
+    if (m === undefined) return [row.what, '-', '-', '-', '-', row.goal, '-'];
+    const rate = row.bytes / MiB / m.seconds;
+    const ratio = catWarm.seconds / m.seconds;
+    return [
+      row.what + (m.note === undefined ? '' : ` (${m.note})`),
+      m.seconds.toFixed(2),
+      rate.toFixed(0),
+      ratio.toFixed(2),
+      m.peakRssBytes === undefined ? '-' : `${(m.peakRssBytes / MiB).toFixed(0)} MiB`,
+      row.goal,
+      row.met === undefined ? '' : row.met ? 'yes' : 'no',
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
+  const format = (values: readonly string[]): string =>
+    '| ' + values.map((v, i) => v.padEnd(widths[i] ?? 0)).join(' | ') + ' |';
+  process.stdout.write(format(header) + '\n');
+  process.stdout.write('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|\n');
+  for (const line of lines) process.stdout.write(format(line) + '\n');
+}
+
+function option(name: string, fallback: number): number {
+  const at = process.argv.indexOf(name);
+  const value = at < 0 ? fallback : Number(process.argv[at + 1]);
+  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} needs a positive number`);
+  return value;
+}
+
+async function main(): Promise<void> {
+  const sizeMb = option('--size-mb', 4096);
+  const memoryMb = option('--memory-mb', 512);
+  const { dir, manifestPath } = await cachedModel(sizeMb);
+  const files = (await readdir(dir))
+    .filter((n) => n.endsWith('.safetensors'))
+    .sort()
+    .map((n) => join(dir, n));
+  let bytes = 0;
+  for (const file of files) bytes += (await stat(file)).size;
+  // The goal bounds the whole process; the loader's buffers get what the runtime leaves of it.
+  const budgetBytes = memoryMb * MiB;
+  const buffersMb = memoryMb - RUNTIME_ALLOWANCE_MB;
+  const rssGoal = `peak RSS <= ${memoryMb} MiB`;
+  await catFiles(files);
+  const catWarm = await catFiles(files);
+  const rows: Row[] = [{ what: 'cat > /dev/null, warm', bytes, measured: catWarm, goal: 'baseline' }];
+  const stream = await loaderChild('stream', dir, buffersMb, manifestPath);
+  rows.push({
+    what: `stream into memory, no manifest, ${buffersMb} MiB buffers`,
+    bytes,
+    measured: stream,
+    goal: `>= 0.9 x cat; ${rssGoal}`,
+    met: catWarm.seconds / stream.seconds >= 0.9 && (stream.peakRssBytes ?? 0) <= budgetBytes,
+  });
+  const verified = await loaderChild('stream-verified', dir, buffersMb, manifestPath);
+  rows.push({
+    what: `stream into memory, SHA-256 verified, ${buffersMb} MiB buffers`,
+    bytes,
+    measured: verified,
+    goal: rssGoal,
+    met: (verified.peakRssBytes ?? 0) <= budgetBytes,
+  });
+  const shm = await shmLoad(dir, buffersMb, join('/dev/shm/weightcast', `bench-load-${process.pid}`));
+  rows.push({
+    what: `weightcast load --format shm, ${buffersMb} MiB buffers`,
+    bytes,
+    measured: shm,
+    goal: rssGoal,
+    met: (shm.peakRssBytes ?? 0) <= budgetBytes,
+  });
+  rows.push({
+    what: 'serial: readFile each file, then parse',
+    bytes,
+    measured: await loaderChild('serial', dir, memoryMb, manifestPath),
+    goal: 'baseline',
+  });
+  const torch = await torchLoadRow(dir);
+  rows.push({
+    what: torch === null ? 'torch.load (slot: needs python3 with torch and its script)' : 'torch.load',
+    bytes,
+    measured: torch ?? undefined,
+    goal: 'stream >= 5 x this',
+  });
+  if (!process.argv.includes('--no-cold')) {
+    if (await dropCaches()) {
+      rows.push({
+        what: 'cat > /dev/null, cold',
+        bytes,
+        measured: await catFiles(files),
+        goal: 'baseline (cold)',
+      });
+      await dropCaches();
+      rows.push({
+        what: `stream, no manifest, cold, ${buffersMb} MiB buffers`,
+        bytes,
+        measured: await loaderChild('stream', dir, buffersMb, manifestPath),
+        goal: '>= 0.9 x cat cold',
+      });
+    } else {
+      process.stderr.write('cold rows skipped: the page cache cannot be dropped (needs root)\n');
+    }
+  }
+  process.stdout.write(
+    `\nmodel: ${files.length} safetensors files, ${(bytes / MiB).toFixed(0)} MiB, in ${dir}\n\n`,
+  );
+  printTable(rows, catWarm);
+}
+
+const childAt = process.argv.indexOf('--child');
+if (childAt >= 0) {
+  const [kind, dir, memoryMb, manifestPath] = process.argv.slice(childAt + 1);
+  await childMain(kind ?? '', dir ?? '', Number(memoryMb), manifestPath ?? '');
+} else {
+  await main();
+}

@@ -1,0 +1,560 @@
+/**
+ * ReadStream: the engine of the streaming materialiser. It reads planned groups (plan.ts) from an
+ * origin into one memory arena and hands each request's bytes to the consumer, in the order they
+ * become complete and verified, as an async iterator.
+ *
+ * How data moves:
+ *   1. Allocate. Groups get arena space in file order within a file; across files the file with the
+ *      fewest bytes allocated goes next, so a window of reads is balanced by bytes over up to
+ *      `filesActiveMax` files. When the next group does not fit, allocation stops until the consumer
+ *      frees space (no smaller group may overtake it, so a large tensor is never starved).
+ *   2. Read. Up to `concurrency` ranged reads are in flight, taken from the file with the fewest bytes
+ *      issued. Each lands directly in its place in the arena: no copy.
+ *   3. Verify. When every read of a piece is in, a worker hashes the piece in place (hash-pool.ts);
+ *      a wrong digest re-reads the piece up to `pieceRetries` times, then fails the stream with
+ *      PIECE_HASH_MISMATCH. Without digests nothing is hashed.
+ *   4. Deliver. A group whose pieces are verified (and whose head bytes, if any, were copied from the
+ *      previous group) queues its requests; `next()` hands them out as views of the arena.
+ *   5. Release. When the consumer asks for the item after a group's last one, the group's space goes
+ *      back to the arena. If the next group of that file still needs its head bytes, they are first
+ *      copied into a small carry buffer (less than one piece; room for one per active file is kept
+ *      out of the arena), so a released group never pins arena space.
+ *
+ * Back-pressure falls out of this: unconsumed groups hold arena space, allocation stops, reads stop.
+ * Memory never exceeds `memoryBytes`: the arena plus the carry reserve is the budget.
+ *
+ * Failure: the first error (a read, a digest, the caller's abort) aborts every read in flight through
+ * an internal AbortController, waits for all of them and for the hash jobs to settle, stops the hash
+ * workers, and only then rejects `next()`. Breaking out of the loop does the same through `return()`.
+ */
+
+import { availableParallelism } from 'node:os';
+import { WeightcastError, abortError, assert } from '../../errors.js';
+import type { Origin } from '../../origin/origin.js';
+import { ArenaAllocator } from './arena.js';
+import { ArenaHashPool } from './hash-pool.js';
+import { planReads, type PlannedGroup, type PlannedItem, type PlannedRead, type ReadPlan } from './plan.js';
+import type { Delivered, ModelFile, ReadRequest, StreamStats } from './types.js';
+
+const MiB = 1024 * 1024;
+export const MEMORY_BYTES_DEFAULT = 512 * MiB;
+export const CONCURRENCY_DEFAULT = 4;
+export const FILES_ACTIVE_MAX_DEFAULT = 4;
+export const READ_BYTES_DEFAULT = 8 * MiB;
+export const PIECE_RETRIES_DEFAULT = 2;
+
+export interface ReadStreamOptions<T> {
+  /** The whole budget: arena plus carry reserve. */
+  memoryBytes?: number;
+  /** Piece size of the digests in `ModelFile.pieces`. */
+  pieceSize?: number;
+  /** Ranged reads in flight at once. */
+  concurrency?: number;
+  /** Files read at the same time (their windows are balanced by bytes). */
+  filesActiveMax?: number;
+  /** Small requests are packed into groups of at most this size (default: budget / 16, 64 KiB..16 MiB). */
+  groupBytes?: number;
+  /** Largest single ranged read. */
+  readBytes?: number;
+  hashThreads?: number;
+  pieceRetries?: number;
+  signal?: AbortSignal;
+  /** Names a request in error messages (a tensor name, say). */
+  describe?: (tag: T) => string;
+}
+
+interface FileState<T> {
+  index: number;
+  groups: Array<GroupState<T>>;
+  /** Next group of this file to get arena space. */
+  allocNext: number;
+  bytesAllocated: number;
+  bytesIssued: number;
+  /** Allocated groups with reads not yet issued, in file order. */
+  readable: Array<GroupState<T>>;
+}
+
+interface GroupState<T> {
+  plan: PlannedGroup<T>;
+  file: FileState<T>;
+  indexInFile: number;
+  size: number;
+  offset: number | undefined;
+  /** Reads not yet issued: the plan's from `readsNext` on, plus pieces queued again after a bad digest. */
+  readsNext: number;
+  retryReads: PlannedRead[];
+  readsOutstanding: number;
+  pieceReadsLeft: number[];
+  pieceAttempts: number[];
+  /** Pieces not yet verified, or reads not yet done when nothing is verified. */
+  unitsLeft: number;
+  headCopied: boolean;
+  complete: boolean;
+  itemsUndelivered: number;
+  released: boolean;
+  /** This group's tail, kept for the next group's head after this group was released. */
+  carry: Buffer | undefined;
+}
+
+interface ReadyItem<T> {
+  group: GroupState<T> | undefined;
+  item: PlannedItem<T> | undefined;
+  request: ReadRequest<T>;
+}
+
+export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
+  readonly stats: StreamStats;
+  readonly plan: ReadPlan<T>;
+  private readonly origin: Origin;
+  private readonly memoryBytes: number;
+  private readonly concurrency: number;
+  private readonly filesActiveMax: number;
+  private readonly pieceRetries: number;
+  private readonly hashThreads: number;
+  private readonly verifying: boolean;
+  private readonly files: Array<FileState<T>>;
+  private readonly arena: ArenaAllocator;
+  private sab: SharedArrayBuffer | undefined;
+  private pool: ArenaHashPool | undefined;
+  private readonly controller = new AbortController();
+  private readonly callerSignal: AbortSignal | undefined;
+  private readonly onCallerAbort = (): void => this.fail(abortError(this.callerSignal, 'the load'));
+  private readonly inflight = new Set<Promise<void>>();
+  private readonly ready: Array<ReadyItem<T>> = [];
+  private readsInFlight = 0;
+  private itemsLeft: number;
+  private carryBytes = 0;
+  private last: ReadyItem<T> | undefined;
+  private failure: unknown;
+  private started = false;
+  private shutDown: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(
+    origin: Origin,
+    files: readonly ModelFile[],
+    requests: readonly ReadRequest<T>[],
+    options: ReadStreamOptions<T> = {},
+  ) {
+    this.origin = origin;
+    this.memoryBytes = options.memoryBytes ?? MEMORY_BYTES_DEFAULT;
+    this.concurrency = positive(options.concurrency ?? CONCURRENCY_DEFAULT, 'concurrency');
+    this.pieceRetries = options.pieceRetries ?? PIECE_RETRIES_DEFAULT;
+    this.hashThreads = options.hashThreads ?? availableParallelism();
+    this.callerSignal = options.signal;
+    this.verifying = files.some((file) => file.pieces !== undefined);
+    const pieceSize = options.pieceSize ?? 0;
+    const roughArena = this.memoryBytes - (this.verifying ? pieceSize : 0);
+    const groupBytes = options.groupBytes ?? clamp(Math.floor(roughArena / 16), 64 * 1024, 16 * MiB);
+    const readBytes = positive(options.readBytes ?? READ_BYTES_DEFAULT, 'readBytes');
+    this.plan = planReads(files, requests, {
+      ...(options.pieceSize === undefined ? {} : { pieceSize: options.pieceSize }),
+      groupBytes,
+      readBytes,
+      gapBytesMax: Math.max(pieceSize, readBytes),
+    });
+    this.files = this.plan.files.map((groups, index) => this.fileState(groups, index));
+    const largest = this.largestGroup();
+    this.filesActiveMax = this.chooseActiveFiles(options, largest, pieceSize);
+    const carryReserve = this.verifying ? this.filesActiveMax * pieceSize : 0;
+    this.arena = new ArenaAllocator(Math.min(this.memoryBytes - carryReserve, this.plan.bytesToRead));
+    this.itemsLeft = requests.length;
+    this.stats = {
+      bytesRead: 0,
+      bytesDelivered: 0,
+      piecesVerified: 0,
+      piecesRejected: 0,
+      bytesCopied: 0,
+      residentBytes: 0,
+      residentBytesPeak: 0,
+      arenaBytes: this.arena.capacity,
+    };
+    for (const request of this.plan.empty) this.ready.push({ group: undefined, item: undefined, request });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<Delivered<T>>> {
+    this.start();
+    this.releaseLast();
+    for (;;) {
+      if (this.failure !== undefined) {
+        await this.shutdown();
+        throw asError(this.failure);
+      }
+      const entry = this.ready.shift();
+      if (entry !== undefined) {
+        this.last = entry;
+        this.itemsLeft--;
+        const bytes = this.bytesOf(entry);
+        this.stats.bytesDelivered += bytes.length;
+        return { value: { request: entry.request, bytes }, done: false };
+      }
+      if (this.itemsLeft === 0) {
+        await this.shutdown();
+        return { value: undefined, done: true };
+      }
+      await new Promise<void>((resolve) => (this.wake = resolve));
+    }
+  }
+
+  /** Called when the consumer leaves the loop early: cancels everything still running. */
+  async return(): Promise<IteratorResult<Delivered<T>>> {
+    if (this.itemsLeft > 0 && this.failure === undefined) {
+      this.failure = new WeightcastError('ABORTED', 'the consumer stopped the load');
+      this.controller.abort(this.failure);
+    }
+    await this.shutdown();
+    return { value: undefined, done: true };
+  }
+
+  private start(): void {
+    if (this.started) return;
+    this.started = true;
+    if (this.callerSignal?.aborted === true) {
+      this.fail(abortError(this.callerSignal, 'the load'));
+      return;
+    }
+    this.callerSignal?.addEventListener('abort', this.onCallerAbort, { once: true });
+    if (this.arena.capacity > 0) {
+      this.sab = new SharedArrayBuffer(this.arena.capacity);
+      if (this.verifying) this.pool = new ArenaHashPool(this.sab, this.hashThreads);
+    }
+    this.pump();
+  }
+
+  private fileState(groups: Array<PlannedGroup<T>>, index: number): FileState<T> {
+    const file: FileState<T> = {
+      index,
+      groups: [],
+      allocNext: 0,
+      bytesAllocated: 0,
+      bytesIssued: 0,
+      readable: [],
+    };
+    file.groups = groups.map((plan, indexInFile) => ({
+      plan,
+      file,
+      indexInFile,
+      size: plan.bufEnd - plan.bufStart,
+      offset: undefined,
+      readsNext: 0,
+      retryReads: [],
+      readsOutstanding: 0,
+      pieceReadsLeft: plan.pieces.map((piece) => piece.reads),
+      pieceAttempts: plan.pieces.map(() => 0),
+      unitsLeft: plan.pieces.length > 0 ? plan.pieces.length : plan.reads.length,
+      headCopied: plan.headBytes === 0,
+      complete: false,
+      itemsUndelivered: plan.items.length,
+      released: false,
+      carry: undefined,
+    }));
+    return file;
+  }
+
+  private largestGroup(): PlannedGroup<T> | undefined {
+    let largest: PlannedGroup<T> | undefined;
+    for (const groups of this.plan.files) {
+      for (const group of groups) {
+        if (largest === undefined || group.bufEnd - group.bufStart > largest.bufEnd - largest.bufStart)
+          largest = group;
+      }
+    }
+    return largest;
+  }
+
+  /** As many files at once as the budget allows next to the largest group and the carries. */
+  private chooseActiveFiles(
+    options: ReadStreamOptions<T>,
+    largest: PlannedGroup<T> | undefined,
+    pieceSize: number,
+  ): number {
+    const wanted = positive(options.filesActiveMax ?? FILES_ACTIVE_MAX_DEFAULT, 'filesActiveMax');
+    const largestBytes = largest === undefined ? 0 : largest.bufEnd - largest.bufStart;
+    const carry = this.verifying ? pieceSize : 0;
+    const affordable = carry === 0 ? wanted : Math.floor((this.memoryBytes - largestBytes) / carry);
+    if (largest !== undefined && (affordable < 1 || largestBytes > this.memoryBytes - carry)) {
+      const item = largest.items.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+      const name = options.describe?.(item.request.tag) ?? `bytes ${largest.bufStart}..${largest.bufEnd}`;
+      throw new WeightcastError(
+        'LOADER_TENSOR_TOO_LARGE',
+        `${largest.file}: ${name} needs ${largestBytes} bytes of buffer` +
+          (carry > 0 ? ` plus ${carry} for a piece carried between buffers` : '') +
+          `, over the memory budget of ${this.memoryBytes} bytes; raise the budget`,
+        { file: largest.file, bytesNeeded: largestBytes + carry, memoryBytes: this.memoryBytes },
+      );
+    }
+    return Math.max(1, Math.min(wanted, affordable));
+  }
+
+  // ---- scheduling -------------------------------------------------------------------------------
+
+  private pump(): void {
+    if (this.failure !== undefined || this.shutDown !== undefined) return;
+    this.allocate();
+    this.issueReads();
+  }
+
+  private activeFiles(): Array<FileState<T>> {
+    const active: Array<FileState<T>> = [];
+    for (const file of this.files) {
+      if (file.allocNext >= file.groups.length) continue;
+      active.push(file);
+      if (active.length === this.filesActiveMax) break;
+    }
+    return active;
+  }
+
+  private allocate(): void {
+    for (;;) {
+      const file = leastBy(this.activeFiles(), (f) => f.bytesAllocated);
+      if (file === undefined) return;
+      const group = file.groups[file.allocNext] as GroupState<T>;
+      const offset = this.arena.allocate(group.size);
+      // Head-of-line: nothing overtakes a group that does not fit yet.
+      if (offset === undefined) return;
+      group.offset = offset;
+      file.allocNext++;
+      file.bytesAllocated += group.size;
+      this.noteResident();
+      if (group.retryReads.length > 0 || group.readsNext < group.plan.reads.length) file.readable.push(group);
+      if (!group.headCopied) {
+        const previous = file.groups[group.indexInFile - 1];
+        if (previous?.complete === true) this.copyHead(group);
+      }
+      this.checkComplete(group);
+    }
+  }
+
+  private issueReads(): void {
+    while (this.readsInFlight < this.concurrency) {
+      const file = leastBy(
+        this.files.filter((f) => f.readable.length > 0),
+        (f) => f.bytesIssued,
+      );
+      if (file === undefined) return;
+      const group = file.readable[0] as GroupState<T>;
+      const read = group.retryReads.shift() ?? group.plan.reads[group.readsNext++];
+      assert(read !== undefined, 'a readable group has a read to issue');
+      if (group.retryReads.length === 0 && group.readsNext >= group.plan.reads.length) file.readable.shift();
+      file.bytesIssued += read.length;
+      this.issueRead(group, read);
+    }
+  }
+
+  private issueRead(group: GroupState<T>, read: PlannedRead): void {
+    this.readsInFlight++;
+    group.readsOutstanding++;
+    const target = this.arenaView(group, read.start - group.plan.bufStart, read.length);
+    const done = this.origin
+      .readInto(group.plan.file, read.start, target, { signal: this.controller.signal })
+      .then(
+        () => this.onReadDone(group, read),
+        (error: unknown) => this.fail(error),
+      )
+      .finally(() => {
+        this.readsInFlight--;
+        group.readsOutstanding--;
+        this.inflight.delete(done);
+        this.pump();
+      });
+    this.inflight.add(done);
+  }
+
+  private onReadDone(group: GroupState<T>, read: PlannedRead): void {
+    if (this.failure !== undefined) return;
+    this.stats.bytesRead += read.length;
+    if (read.piece < 0) {
+      group.unitsLeft--;
+      this.checkComplete(group);
+      return;
+    }
+    const left = (group.pieceReadsLeft[read.piece] as number) - 1;
+    group.pieceReadsLeft[read.piece] = left;
+    if (left === 0) this.hashPiece(group, read.piece);
+  }
+
+  private hashPiece(group: GroupState<T>, pieceIndex: number): void {
+    const piece = group.plan.pieces[pieceIndex];
+    assert(piece !== undefined && this.pool !== undefined && group.offset !== undefined, 'piece to hash');
+    const offset = group.offset + (piece.start - group.plan.bufStart);
+    const done = this.pool
+      .hash(offset, piece.end - piece.start)
+      .then(
+        (digest) => this.onPieceHashed(group, pieceIndex, digest),
+        (error: unknown) => this.fail(error),
+      )
+      .finally(() => {
+        this.inflight.delete(done);
+        this.pump();
+      });
+    this.inflight.add(done);
+  }
+
+  private onPieceHashed(group: GroupState<T>, pieceIndex: number, digest: string): void {
+    if (this.failure !== undefined) return;
+    const piece = group.plan.pieces[pieceIndex] as PlannedGroup<T>['pieces'][number];
+    if (digest === piece.digest) {
+      this.stats.piecesVerified++;
+      group.unitsLeft--;
+      this.checkComplete(group);
+      return;
+    }
+    this.stats.piecesRejected++;
+    const attempts = (group.pieceAttempts[pieceIndex] as number) + 1;
+    group.pieceAttempts[pieceIndex] = attempts;
+    if (attempts > this.pieceRetries) {
+      this.fail(
+        new WeightcastError(
+          'PIECE_HASH_MISMATCH',
+          `${group.plan.file} piece ${piece.index}: SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ` +
+            `${piece.digest.slice(0, 16)}… after ${attempts} reads; no tensor with these bytes was delivered`,
+          { file: group.plan.file, piece: piece.index },
+        ),
+      );
+      return;
+    }
+    const reads = group.plan.reads.filter((read) => read.piece === pieceIndex);
+    group.pieceReadsLeft[pieceIndex] = reads.length;
+    group.retryReads.push(...reads);
+    if (!group.file.readable.includes(group)) {
+      group.file.readable.push(group);
+      group.file.readable.sort((a, b) => a.indexInFile - b.indexInFile);
+    }
+  }
+
+  /** Copies a group's head bytes out of the previous group of its file (its buffer or its carry). */
+  private copyHead(group: GroupState<T>): void {
+    const previous = group.file.groups[group.indexInFile - 1];
+    assert(previous?.complete === true && group.offset !== undefined, 'head copied from a verified group');
+    const length = group.plan.headBytes;
+    const target = this.arenaView(group, 0, length);
+    if (previous.carry !== undefined) {
+      target.set(previous.carry);
+      this.carryBytes -= previous.carry.length;
+      previous.carry = undefined;
+    } else {
+      assert(!previous.released, 'a released group left its tail in a carry');
+      target.set(this.arenaView(previous, group.plan.bufStart - previous.plan.bufStart, length));
+    }
+    this.stats.bytesCopied += length;
+    group.headCopied = true;
+  }
+
+  private checkComplete(group: GroupState<T>): void {
+    if (group.complete || group.offset === undefined || group.unitsLeft > 0 || !group.headCopied) return;
+    group.complete = true;
+    for (const item of group.plan.items) this.ready.push({ group, item, request: item.request });
+    const next = group.file.groups[group.indexInFile + 1];
+    if (next !== undefined && !next.headCopied && next.offset !== undefined) {
+      this.copyHead(next);
+      this.checkComplete(next);
+    }
+    this.wake?.();
+  }
+
+  // ---- delivery and release ---------------------------------------------------------------------
+
+  private bytesOf(entry: ReadyItem<T>): Buffer {
+    const { group, item } = entry;
+    if (group === undefined || item === undefined) return Buffer.alloc(0);
+    const [first] = item.fragments;
+    if (item.fragments.length === 1 && first !== undefined) {
+      return Buffer.from(
+        this.sab as SharedArrayBuffer,
+        (group.offset as number) + first.offset,
+        first.length,
+      );
+    }
+    // Several ranges (a slice across rows): gathered into one buffer outside the arena.
+    const out = Buffer.allocUnsafe(item.bytes);
+    let at = 0;
+    for (const fragment of item.fragments) {
+      out.set(this.arenaView(group, fragment.offset, fragment.length), at);
+      at += fragment.length;
+    }
+    this.stats.bytesCopied += item.bytes;
+    return out;
+  }
+
+  private releaseLast(): void {
+    const entry = this.last;
+    this.last = undefined;
+    const group = entry?.group;
+    if (group === undefined) return;
+    group.itemsUndelivered--;
+    if (group.itemsUndelivered > 0) return;
+    const next = group.file.groups[group.indexInFile + 1];
+    if (next !== undefined && !next.headCopied) {
+      assert(next.offset === undefined, 'an allocated head is copied when its source completes');
+      const tail = this.arenaView(group, next.plan.bufStart - group.plan.bufStart, next.plan.headBytes);
+      group.carry = Buffer.from(tail);
+      this.carryBytes += group.carry.length;
+    }
+    this.arena.free(group.offset as number, group.size);
+    group.released = true;
+    this.noteResident();
+    this.pump();
+  }
+
+  private arenaView(group: GroupState<T>, offset: number, length: number): Uint8Array {
+    return new Uint8Array(this.sab as SharedArrayBuffer, (group.offset as number) + offset, length);
+  }
+
+  private noteResident(): void {
+    const resident = this.arena.used + this.carryBytes;
+    assert(resident <= this.memoryBytes, `resident ${resident} bytes over the budget ${this.memoryBytes}`);
+    this.stats.residentBytes = resident;
+    this.stats.residentBytesPeak = Math.max(this.stats.residentBytesPeak, resident);
+  }
+
+  // ---- failure and shutdown ---------------------------------------------------------------------
+
+  private fail(error: unknown): void {
+    if (this.failure !== undefined) return;
+    this.failure = error;
+    this.controller.abort(error);
+    this.wake?.();
+  }
+
+  private shutdown(): Promise<void> {
+    this.shutDown ??= (async () => {
+      this.callerSignal?.removeEventListener('abort', this.onCallerAbort);
+      while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+      await this.pool?.close();
+    })();
+    return this.shutDown;
+  }
+}
+
+function positive(value: number, what: string): number {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new WeightcastError('USAGE', `${what} must be a positive integer, got ${value}`);
+  }
+  return value;
+}
+
+/** Failures are errors already (ours, the origin's, an abort's); anything else is wrapped. */
+function asError(failure: unknown): Error {
+  return failure instanceof Error ? failure : new WeightcastError('IO', String(failure));
+}
+
+function clamp(value: number, low: number, high: number): number {
+  return Math.max(low, Math.min(high, value));
+}
+
+function leastBy<X>(items: readonly X[], key: (item: X) => number): X | undefined {
+  let best: X | undefined;
+  let bestKey = Infinity;
+  for (const item of items) {
+    const value = key(item);
+    if (value < bestKey) {
+      best = item;
+      bestKey = value;
+    }
+  }
+  return best;
+}
