@@ -15,6 +15,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const PURE = [
   'src/swarm/core',
   'src/sim',
+  'src/seed/plan',
   'src/origin/retry.ts',
   'src/origin/response-reader.ts',
   'src/manifest/merkle.ts',
