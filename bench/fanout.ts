@@ -97,6 +97,10 @@ interface Options {
   loopback: boolean;
   keep: boolean;
   json: boolean;
+  /** Skip the pull --agent copy-out (profiling the swarm alone); the agents' caches are verified instead. */
+  skipCopyOut: boolean;
+  /** Size of the model the agents fetch first, unmeasured (0: none). */
+  warmUpMb: number;
 }
 
 class UsageError extends Error {}
@@ -116,6 +120,8 @@ function parseOptions(argv: readonly string[]): Options {
       loopback: { type: 'boolean', default: false },
       keep: { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
+      'skip-copy-out': { type: 'boolean', default: false },
+      'warm-up-mb': { type: 'string', default: '64' },
     },
     strict: true,
   });
@@ -142,6 +148,8 @@ function parseOptions(argv: readonly string[]): Options {
     loopback: values.loopback,
     keep: values.keep,
     json: values.json,
+    skipCopyOut: values['skip-copy-out'],
+    warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
   };
 }
 
@@ -169,15 +177,22 @@ interface Model {
   digest: string;
 }
 
-async function prepareModel(work: string, options: Options): Promise<Model> {
-  const dir = join(work, 'model');
-  log(`synthesising a ${options.sizeMb} MiB Llama-style checkpoint in ${dir}`);
-  await synthesizeModel({ dir, arch: 'llama', dtype: 'bf16', sizeBytes: options.sizeMb * MiB, seed: 1 });
+/**
+ * The model under test in `<work>/model`; with `warmUpMb`, a small second model in
+ * `<work>/model/warm-up/` (after the first's manifest is made, so not part of it) that the agents
+ * fetch before the measured run: agents are long-running daemons, and a fresh Node process spends
+ * its first seconds compiling its hot paths.
+ */
+async function prepareModel(work: string, options: Options, warmUp = false): Promise<Model> {
+  const dir = warmUp ? join(work, 'model', 'warm-up') : join(work, 'model');
+  const sizeMb = warmUp ? options.warmUpMb : options.sizeMb;
+  log(`synthesising a ${sizeMb} MiB Llama-style checkpoint in ${dir}${warmUp ? ' (warm-up)' : ''}`);
+  await synthesizeModel({ dir, arch: 'llama', dtype: 'bf16', sizeBytes: sizeMb * MiB, seed: warmUp ? 2 : 1 });
   const local = new LocalOrigin(dir);
   const manifest = await buildManifest(local, { pieceSize: options.pieceMb * MiB }).finally(() =>
     local.close(),
   );
-  const manifestPath = join(work, 'manifest.json');
+  const manifestPath = join(work, warmUp ? 'warm-up-manifest.json' : 'manifest.json');
   await writeManifest(manifestPath, manifest);
   return {
     dir,
@@ -443,6 +458,13 @@ async function measureRuns(
       ? undefined
       : (machineAfter - machineBefore) / wallSeconds;
   for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
+  if (cpuBefore !== undefined && cpuAfter !== undefined) {
+    const delivered = (hostSet.hosts.length * context.model.totalBytes) / 2 ** 30;
+    const cpu = cpuAfter - cpuBefore;
+    log(
+      `${leg}: our processes used ${cpu.toFixed(1)} CPU-s, ${(cpu / delivered).toFixed(2)} per GiB delivered`,
+    );
+  }
   const problems = runs.flatMap((run) => (run.problem === undefined ? [] : [run.problem]));
   return {
     leg,
@@ -521,6 +543,28 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       LEG_TIMEOUT_MIN_MS,
       LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(setting) * 1000,
     );
+    if (options.warmUpMb > 0) {
+      const warmUp = await prepareModel(work, options, true);
+      const warmJoin = join(work, 'warm-up-join.json');
+      await writeFile(
+        warmJoin,
+        JSON.stringify({
+          source: `${originUrl}warm-up/`,
+          manifest: readFileSync(warmUp.manifestPath, 'utf8'),
+        }),
+      );
+      const warmHex = warmUp.digest.slice('sha256:'.length);
+      log(`swarm: warming the agents up with a ${options.warmUpMb} MiB model (not measured)`);
+      const runs = await runOnEveryHost(
+        context.hostSet,
+        (_host, index) => ['sh', '-c', joinScript(), 'join', agentUrls[index] ?? '', warmJoin, warmHex],
+        timeoutMs,
+        { dir: context.logDir, name: 'warm-up' },
+      );
+      const failed = runs.filter((run) => run.problem !== undefined);
+      if (failed.length > 0)
+        throw new Error(`warm-up failed: ${failed.map((run) => run.problem).join('; ')}`);
+    }
     const joinPath = join(work, 'join.json');
     await writeFile(
       joinPath,
@@ -533,6 +577,11 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       (_host, index) => ['sh', '-c', joinScript(), 'join', agentUrls[index] ?? '', joinPath, hex],
       timeoutMs,
     );
+    if (options.skipCopyOut) {
+      const caches = context.hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
+      log("swarm: verifying the agents' caches");
+      return [{ ...joined, hostsVerified: await verifyCopies(context.hostSet, caches, model) }];
+    }
     // Then every host copies the model out of its agent (`pull --agent`: a verified copy into its
     // own directory); the agents already hold it, so this times the copy alone.
     const pulls = await measurePulls(
@@ -632,10 +681,14 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
   return (await Promise.all(listening)).map((match) => match[1] ?? '');
 }
 
-/** Set WEIGHTCAST_PROFILE_DIR to have every agent write a CPU profile (node --cpu-prof) there. */
+/**
+ * Diagnostics for the agents: WEIGHTCAST_PROFILE_DIR has each write a CPU profile (node --cpu-prof)
+ * there; WEIGHTCAST_AGENT_NODE_FLAGS adds node flags (for example --perf-basic-prof for `perf`).
+ */
 function profileFlags(): string[] {
   const dir = process.env['WEIGHTCAST_PROFILE_DIR'];
-  return dir === undefined || dir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`];
+  const extra = (process.env['WEIGHTCAST_AGENT_NODE_FLAGS'] ?? '').split(' ').filter((flag) => flag !== '');
+  return [...(dir === undefined || dir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`]), ...extra];
 }
 
 /** A port that was free a moment ago on 127.0.0.1 (loopback mode, where every service shares one address). */
