@@ -52,6 +52,8 @@ export interface AgentOptions {
   /** Resume the models found in the cache. Default true. */
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
+  /** `--role seed`: the seed node's routes, answered under `/v1/seed` (src/seed/node). */
+  seedRoutes?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 }
 
 export type AgentEvent =
@@ -335,6 +337,9 @@ export class Agent {
     const url = new URL(req.url ?? '/', 'http://agent');
     const parts = url.pathname.split('/').filter((part) => part.length > 0);
     if (url.pathname === '/healthz') return sendJson(res, 200, { ok: true, name: this.name });
+    if (parts[0] === 'v1' && parts[1] === 'seed' && this.options.seedRoutes) {
+      return this.options.seedRoutes(req, res);
+    }
     if (parts[0] !== 'v1') return notFound(req, res);
     if (parts[1] === 'models' && parts[2] !== undefined) {
       const hex = parseMessage(modelHex, parts[2], 'model name');

@@ -11,6 +11,7 @@
  */
 
 import { randomInt } from 'node:crypto';
+import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
@@ -24,11 +25,13 @@ import {
   parseMessage,
   registeredSchema,
   syncReplySchema,
+  SYNC_ITEMS_MAX,
   type Register,
   type Report,
   type WireAssignment,
 } from '../wire/protocol.js';
 import { callJson } from '../wire/http-json.js';
+import { FrameReader, encodeFrame, frameError, openChannel } from '../wire/sync-channel.js';
 import type { PieceStore } from './piece-store.js';
 
 export interface MemberIdentity {
@@ -54,8 +57,6 @@ export interface MemberOptions {
   downloadThrottle: Throttle;
   /** Pieces fetched at once (assignments beyond it wait). Default 8. */
   downloadsMax?: number;
-  /** How long one poll may wait at the scheduler. Default 5000 ms. */
-  pollWaitMs?: number;
   /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
   peerIdleTimeoutMs?: number;
   onEvent?: (event: MemberEvent) => void;
@@ -87,6 +88,8 @@ export interface MemberStats {
 }
 
 const REGISTER_RETRY_MS = 500;
+/** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
+const HEARTBEAT_MS = 2000;
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 const PEER_HAVE_REFRESH_MS = 1000;
@@ -131,7 +134,11 @@ export class SwarmMember {
   /** Running estimates: one flow's bytes per second, and a short sync's round trip. */
   private flowBytesPerSecond: number | undefined;
   private syncRoundTripMs: number | undefined;
-  private reporting = false;
+  /** When the oldest unanswered report or notice went out (for the round-trip estimate). */
+  private roundTripFrom: number | undefined;
+  /** The open sync channel to the scheduler, if any. */
+  private channel: Socket | undefined;
+  private flushQueued = false;
   private completed = false;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
   private schedulerDown = false;
@@ -210,17 +217,70 @@ export class SwarmMember {
         if (this.host === undefined) {
           await this.register();
           backoff = REGISTER_RETRY_MS;
-          this.flushReports();
           continue;
         }
-        const reply = await this.syncOnce([], this.options.pollWaitMs ?? 5000);
-        if (reply) this.apply(reply);
+        await this.runChannel(this.host);
       } catch (error) {
         if (signal.aborted) return;
         this.loseScheduler(error);
         await sleep(backoff, undefined, { signal }).catch(() => undefined);
         backoff = Math.min(REGISTER_RETRY_MAX_MS, backoff * 2);
       }
+    }
+  }
+
+  /**
+   * Holds the sync channel open until it breaks (which throws) or the member closes: replies
+   * arriving on it are applied, reports go out on it as they happen, an empty sync every
+   * heartbeat period tells the scheduler this host is alive.
+   */
+  private async runChannel(host: number): Promise<void> {
+    const signal = this.controller.signal;
+    const { socket, head } = await openChannel(`${this.swarmUrl()}/hosts/${host}/channel`, signal);
+    socket.setNoDelay(true);
+    const reader = new FrameReader();
+    let heartbeat: ReturnType<typeof setInterval> | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onData = (chunk: Buffer): void => {
+          try {
+            for (const frame of reader.push(chunk)) {
+              const error = frameError(frame, 'the scheduler');
+              if (error !== undefined) throw error;
+              if (this.host !== host) continue;
+              if (this.roundTripFrom !== undefined) {
+                this.syncRoundTripMs = ewma(this.syncRoundTripMs, performance.now() - this.roundTripFrom);
+                this.roundTripFrom = undefined;
+              }
+              this.apply(parseMessage(syncReplySchema, frame, 'sync reply'));
+            }
+          } catch (error) {
+            reject(error instanceof Error ? error : new Error(String(error)));
+            socket.destroy();
+          }
+        };
+        const onAbort = (): void => {
+          socket.destroy();
+          resolve();
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        socket.on('data', onData);
+        socket.on('error', () => undefined);
+        socket.on('close', () => {
+          signal.removeEventListener('abort', onAbort);
+          if (this.channel === socket) this.channel = undefined;
+          reject(new WeightcastError('SCHEDULER_UNREACHABLE', 'the sync channel to the scheduler closed'));
+        });
+        this.channel = socket;
+        heartbeat = setInterval(() => this.send(true), HEARTBEAT_MS);
+        if (head.length > 0) onData(head);
+        // Reports held while there was no channel go out now; an empty sync if there are none.
+        this.send(true);
+      });
+    } finally {
+      clearInterval(heartbeat);
+      if (this.channel === socket) this.channel = undefined;
+      socket.destroy();
     }
   }
 
@@ -258,29 +318,6 @@ export class SwarmMember {
     this.options.onEvent?.({ type: 'registered', host: registered.host, held: store.heldCount });
   }
 
-  private async syncOnce(
-    reports: Report[],
-    waitMs: number,
-    ending: number[] = [],
-  ): Promise<ReturnType<typeof syncReplySchema.parse> | undefined> {
-    const host = this.host;
-    if (host === undefined) return undefined;
-    const urgent = [...this.urgentPieces].filter((piece) => !this.options.store.has(piece));
-    const raw = await callJson(`${this.swarmUrl()}/hosts/${host}/sync`, 'the scheduler', {
-      method: 'POST',
-      body: {
-        reports,
-        waitMs,
-        ...(urgent.length > 0 ? { urgent } : {}),
-        ...(ending.length > 0 ? { ending } : {}),
-      },
-      timeoutMs: waitMs + SCHEDULER_TIMEOUT_MS,
-      signal: this.controller.signal,
-    });
-    if (this.host !== host) return undefined;
-    return parseMessage(syncReplySchema, raw, 'sync reply');
-  }
-
   private loseScheduler(error: unknown): void {
     const reason = error instanceof Error ? error.message : String(error);
     if (this.host !== undefined || !isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) {
@@ -292,28 +329,36 @@ export class SwarmMember {
     if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) this.schedulerDown = true;
   }
 
+  /** Sends what is waiting (reports, ending notices, urgent pieces) on the next microtask, batched. */
   private flushReports(): void {
-    if (this.reporting || this.host === undefined) return;
-    if (this.reports.length === 0 && this.urgentPieces.size === 0 && this.endingNotices.size === 0) return;
-    this.reporting = true;
-    const batch = this.reports.splice(0);
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    queueMicrotask(() => {
+      this.flushQueued = false;
+      this.send(false);
+    });
+  }
+
+  /** Writes one sync frame if there is a channel and something to say (or `always`: a heartbeat). */
+  private send(always: boolean): void {
+    const channel = this.channel;
+    if (channel === undefined || channel.destroyed || this.host === undefined) return;
     const ending = [...this.endingNotices].filter((transferId) => this.fetches.has(transferId));
     this.endingNotices.clear();
     this.urgentSent();
-    const sent = performance.now();
-    this.syncOnce(batch, 0, ending)
-      .then((reply) => {
-        this.syncRoundTripMs = ewma(this.syncRoundTripMs, performance.now() - sent);
-        if (reply) this.apply(reply);
-      })
-      .catch((error: unknown) => {
-        if (!this.controller.signal.aborted && !isWeightcastError(error, 'ABORTED'))
-          this.loseScheduler(error);
-      })
-      .finally(() => {
-        this.reporting = false;
-        if (this.reports.length > 0 || this.endingNotices.size > 0) this.flushReports();
-      });
+    const urgent = [...this.urgentPieces];
+    if (!always && this.reports.length === 0 && ending.length === 0 && urgent.length === 0) return;
+    const reports = this.reports.splice(0, SYNC_ITEMS_MAX);
+    if (reports.length > 0 || ending.length > 0) this.roundTripFrom ??= performance.now();
+    channel.write(
+      encodeFrame({
+        reports,
+        waitMs: 0,
+        ...(urgent.length > 0 ? { urgent: urgent.slice(0, SYNC_ITEMS_MAX) } : {}),
+        ...(ending.length > 0 ? { ending: ending.slice(0, SYNC_ITEMS_MAX) } : {}),
+      }),
+    );
+    if (this.reports.length > 0) this.flushReports();
   }
 
   private urgentSent(): void {

@@ -6,13 +6,15 @@
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
 import { PieceMap } from '../piece-map.js';
 import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
-import { listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { listenOn, readJsonBody, sendError, sendJson, statusOf } from '../wire/http-json.js';
+import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
+import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 
 export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   host?: string;
@@ -22,6 +24,8 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   /** Hosts per model. */
   hostsMax?: number;
   onEvent?: (event: SchedulerEvent) => void;
+  /** The seed tier's catalog routes (`--catalog DIR`), answered under `/v1/catalog`. */
+  catalog?: CatalogRoutes;
 }
 
 export type SchedulerEvent =
@@ -50,11 +54,13 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
   const started = performance.now();
   const now = (): number => performance.now() - started;
   const openSyncs = new Set<ServerResponse>();
+  const channels = new Set<Socket>();
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://scheduler');
     const parts = url.pathname.split('/').filter((part) => part.length > 0);
     if (req.method === 'GET' && url.pathname === '/healthz') return sendJson(res, 200, { ok: true });
+    if (parts[0] === 'v1' && parts[1] === 'catalog' && options.catalog) return options.catalog(req, res);
     if (parts[0] !== 'v1' || parts[1] !== 'swarms' || parts[2] === undefined) {
       return sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method} ${url.pathname}` });
     }
@@ -158,8 +164,95 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     }
   };
 
+  /**
+   * A sync channel (see wire/sync-channel.ts): frames in are syncs, frames out are replies, pushed
+   * whenever the host has work; the host stays parked for the channel's life.
+   */
+  const openChannel = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
+    const url = new URL(req.url ?? '/', 'http://scheduler');
+    const parts = url.pathname.split('/').filter((part) => part.length > 0);
+    const routed =
+      parts.length === 6 &&
+      parts[0] === 'v1' &&
+      parts[1] === 'swarms' &&
+      parts[3] === 'hosts' &&
+      parts[5] === 'channel';
+    if (!routed || req.headers.upgrade?.toLowerCase() !== CHANNEL_PROTOCOL) {
+      throw new WeightcastError('SWARM_PROTOCOL', `no channel at ${url.pathname}`);
+    }
+    const model = parseMessage(modelHex, parts[2], 'model name');
+    const swarm = swarmOf(model);
+    const host = Number(parts[4]);
+    if (!Number.isInteger(host) || host < 0 || !swarm.hasHost(host)) {
+      throw new WeightcastError(
+        'SWARM_UNKNOWN_HOST',
+        `host ${parts[4]} is not registered in this swarm; register again`,
+      );
+    }
+    socket.setNoDelay(true);
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${CHANNEL_PROTOCOL}\r\n\r\n`,
+    );
+    channels.add(socket);
+    const fail = (error: unknown): void => {
+      if (!socket.destroyed) socket.end(errorFrame(error));
+    };
+    // Answers whatever is waiting for the host, then waits for more (parked again on the next
+    // microtask: a wake may come from inside `park` itself).
+    const wake = (): void => {
+      if (socket.destroyed) return;
+      try {
+        if (swarm.hasReply(host)) socket.write(encodeFrame(swarm.takeReply(host)));
+        queueMicrotask(() => {
+          if (socket.destroyed) return;
+          try {
+            swarm.park(host, wake);
+          } catch (error) {
+            fail(error);
+          }
+        });
+      } catch (error) {
+        fail(error);
+      }
+    };
+    const reader = new FrameReader();
+    const onData = (chunk: Buffer): void => {
+      try {
+        for (const frame of reader.push(chunk)) {
+          swarm.sync(now(), host, parseMessage(syncSchema, frame, 'sync'));
+          if (swarm.hasReply(host)) socket.write(encodeFrame(swarm.takeReply(host)));
+        }
+      } catch (error) {
+        fail(error);
+      }
+    };
+    socket.on('data', onData);
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => {
+      channels.delete(socket);
+      swarm.unpark(host, wake);
+    });
+    swarm.touch(now(), host);
+    wake();
+    if (head.length > 0) onData(head);
+  };
+
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => sendError(res, error));
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    try {
+      openChannel(req, socket, head);
+    } catch (error) {
+      const status = error instanceof WeightcastError ? statusOf(error.code) : 500;
+      const body = JSON.stringify({
+        code: error instanceof WeightcastError ? error.code : 'INTERNAL',
+        message: error instanceof Error ? error.message : String(error),
+      });
+      socket.end(
+        `HTTP/1.1 ${status} Refused\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
   });
   server.keepAliveTimeout = 60_000;
   server.requestTimeout = 0;
@@ -178,6 +271,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     close: async () => {
       clearInterval(ticker);
       for (const res of openSyncs) res.destroy();
+      for (const socket of channels) socket.destroy();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

@@ -92,6 +92,10 @@ export class SwarmService {
     return this.hosts.size;
   }
 
+  hasHost(host: number): boolean {
+    return this.hosts.has(host);
+  }
+
   register(nowMs: number, message: Register): Registered {
     const held = decodeBitfield(message.have, this.map.pieceCount);
     // An agent that restarted registers under the same name: its old self is gone.

@@ -128,15 +128,31 @@ export async function callJson(url: string, what: string, options: CallOptions):
   if (response.statusCode >= 200 && response.statusCode < 300) return parsed;
   const error = errorBodySchema.safeParse(parsed);
   if (error.success && KNOWN_CODES.has(error.data.code)) {
-    throw new WeightcastError(error.data.code as ErrorCode, `${what}: ${error.data.message}`, {
-      url,
-      status: response.statusCode,
-    });
+    throw remoteError(error.data, what, { url, status: response.statusCode });
   }
   throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${response.statusCode}`, {
     url,
     status: response.statusCode,
   });
+}
+
+/**
+ * An error another process sent us (`{code, message}`), as ours: codes we know keep their meaning,
+ * anything else is a protocol error (a peer cannot make us act on codes we never defined).
+ */
+export function remoteError(
+  body: { code: string; message: string },
+  what: string,
+  context: Record<string, unknown> = {},
+): WeightcastError {
+  if (!KNOWN_CODES.has(body.code)) {
+    return new WeightcastError(
+      'SWARM_PROTOCOL',
+      `${what} failed with unknown code ${body.code}: ${body.message}`,
+      context,
+    );
+  }
+  return new WeightcastError(body.code as ErrorCode, `${what}: ${body.message}`, context);
 }
 
 const KNOWN_CODES = new Set<string>([

@@ -5,7 +5,11 @@
  *
  * Scheduler API (JSON):
  *   POST   /v1/swarms/:model/hosts            Register   -> Registered  (409 SWARM_UNKNOWN_MODEL: send the manifest)
- *   POST   /v1/swarms/:model/hosts/:id/sync   Sync       -> SyncReply   (404 SWARM_UNKNOWN_HOST: register again)
+ *   GET    /v1/swarms/:model/hosts/:id/channel  Upgrade: weightcast-sync -> 101, then Sync frames in and
+ *                                           SyncReply frames out, newline-delimited JSON (sync-channel.ts);
+ *                                           what agents use
+ *   POST   /v1/swarms/:model/hosts/:id/sync   Sync       -> SyncReply   (one sync over plain HTTP, long-polling up
+ *                                           to waitMs; 404 SWARM_UNKNOWN_HOST: register again)
  *   DELETE /v1/swarms/:model/hosts/:id                   -> 204
  *   GET    /v1/swarms/:model                             -> SwarmStatus
  *   GET    /healthz                                      -> {"ok":true}

@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { describe, it } from 'node:test';
+import type { Manifest } from '../../src/manifest/manifest.js';
+import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
+import { merkleRoot } from '../../src/manifest/merkle.js';
+import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
+import { callJson } from '../../src/swarm/wire/http-json.js';
+import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
+
+function manifestOf(pieces: number): Manifest {
+  const digests = Array.from({ length: pieces }, (_, i) =>
+    createHash('sha256').update(`c${i}`).digest('hex'),
+  );
+  return {
+    pieceSize: 65536,
+    files: [{ path: 'w.bin', size: pieces * 65536, merkleRoot: merkleRoot(digests), pieces: digests }],
+  };
+}
+
+describe('sync channel framing', () => {
+  it('splits frames across chunks, keeps partial ones, and refuses long or non-JSON frames', () => {
+    const reader = new FrameReader(64);
+    const bytes = Buffer.from(encodeFrame({ a: 1 }) + encodeFrame({ b: [2, 3] }) + '{"c":');
+    assert.deepEqual(reader.push(bytes.subarray(0, 5)), []);
+    assert.deepEqual(reader.push(bytes.subarray(5)), [{ a: 1 }, { b: [2, 3] }]);
+    assert.deepEqual(reader.push(Buffer.from('4}\n')), [{ c: 4 }]);
+    assert.throws(() => new FrameReader(64).push(Buffer.from('x'.repeat(65))), { code: 'SWARM_PROTOCOL' });
+    assert.throws(() => new FrameReader(64).push(Buffer.from('not json\n')), { code: 'SWARM_PROTOCOL' });
+  });
+
+  it('turns an error frame into our error, and an unknown code into a protocol error', () => {
+    assert.equal(frameError({ assignments: [] }, 'x'), undefined);
+    assert.equal(
+      frameError({ error: { code: 'SWARM_UNKNOWN_HOST', message: 'gone' } }, 'x')?.code,
+      'SWARM_UNKNOWN_HOST',
+    );
+    assert.equal(frameError({ error: { code: 'RM_RF', message: 'no' } }, 'x')?.code, 'SWARM_PROTOCOL');
+  });
+});
+
+describe('sync channel against a real scheduler', () => {
+  it('pushes assignments as they are made, answers reports, and refuses unknown hosts', async () => {
+    const scheduler = await startScheduler({ originReaders: 1 });
+    const manifest = manifestOf(4);
+    const hex = manifestDigest(manifest).slice('sha256:'.length);
+    const base = `${scheduler.url}/v1/swarms/${hex}`;
+    const signal = AbortSignal.timeout(20_000);
+    try {
+      const registered = (await callJson(`${base}/hosts`, 'the scheduler', {
+        method: 'POST',
+        timeoutMs: 5000,
+        body: {
+          name: 'a',
+          url: 'http://127.0.0.1:9/',
+          uploadBytesPerSecond: 1e8,
+          downloadBytesPerSecond: 1e8,
+          have: encodeBitfield(4, () => false),
+          manifest: encodeManifest(manifest).toString('utf8'),
+        },
+      })) as { host: number };
+      await assert.rejects(openChannel(`${base}/hosts/${registered.host + 7}/channel`, signal), {
+        code: 'SWARM_UNKNOWN_HOST',
+      });
+      const { socket, head } = await openChannel(`${base}/hosts/${registered.host}/channel`, signal);
+      const reader = new FrameReader();
+      const frames: unknown[] = reader.push(head);
+      let wake: (() => void) | undefined;
+      socket.on('data', (chunk: Buffer) => {
+        frames.push(...reader.push(chunk));
+        wake?.();
+      });
+      const next = async (): Promise<{ assignments: { transferId: number; piece: number }[] }> => {
+        for (let i = 0; i < 100 && frames.length === 0; i++) {
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            setTimeout(resolve, 100);
+          });
+        }
+        const frame = frames.shift();
+        assert.ok(frame !== undefined, 'no frame arrived');
+        return frame as { assignments: { transferId: number; piece: number }[] };
+      };
+      // The host registered before the channel opened: its first assignment is waiting and pushed.
+      const first = await next();
+      assert.equal(first.assignments.length, 1);
+      // A report is answered with the next assignment (one origin reader, one transfer at a time).
+      socket.write(
+        encodeFrame({
+          reports: [{ transferId: first.assignments[0]!.transferId, outcome: 'verified' }],
+          waitMs: 0,
+        }),
+      );
+      const second = await next();
+      assert.equal(second.assignments.length, 1);
+      assert.notEqual(second.assignments[0]!.piece, first.assignments[0]!.piece);
+      // A frame the scheduler cannot accept gets an error frame and the channel closes.
+      const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      socket.write(encodeFrame({ reports: 'nonsense' }));
+      await closed;
+      const last = frames.pop();
+      assert.equal(frameError(last, 'the scheduler')?.code, 'SWARM_PROTOCOL');
+    } finally {
+      await scheduler.close();
+    }
+  });
+});
