@@ -6,6 +6,8 @@ import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
+import { SeedNode } from '../../seed/node/seed-node.js';
+import { join } from 'node:path';
 
 interface AgentFlags {
   scheduler: string;
@@ -20,6 +22,8 @@ interface AgentFlags {
   downloadMbps?: string;
   uploads: string;
   injectCorruptUploads?: boolean;
+  role: string;
+  injectSeedCorruptStores?: boolean;
   json?: boolean;
 }
 
@@ -40,6 +44,16 @@ export const registerAgent: RegisterCommand = (program: Command, io: CliIo, setE
     .option('--uploads <n>', 'piece uploads at once; more requests are told to come back', '8')
     // Fault injection for tests and demos: this agent serves wrong bytes on purpose.
     .addOption(new Option('--inject-corrupt-uploads').hideHelp())
+    .addOption(
+      new Option(
+        '--role <role>',
+        'swarm: fetch models for this host; seed: also hold pieces for the seed tier',
+      )
+        .choices(['swarm', 'seed'])
+        .default('swarm'),
+    )
+    // Fault injection for tests: as a seed node, store every piece with one byte flipped.
+    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp())
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: AgentFlags) => setExitCode(await agentCommand(flags, io)));
 };
@@ -53,7 +67,16 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
     }
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
+    const seed =
+      flags.role === 'seed'
+        ? await SeedNode.open({
+            dir: join(flags.cache, 'seed'),
+            ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
+            ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
+          })
+        : undefined;
     const agent = await Agent.start({
+      ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
       cacheDir: flags.cache,
       host: flags.host,
@@ -67,6 +90,10 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
       ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
       ...(flags.injectCorruptUploads === true ? { corruptUploads: true } : {}),
       onEvent: (event) => printEvent(io, event, json),
+    });
+    await seed?.register(flags.scheduler, agent.name, agent.url, io.signal).catch(async (error: unknown) => {
+      await agent.close();
+      throw error;
     });
     await serveUntilInterrupted(io, json, 'agent', { url: agent.url, name: agent.name });
     await agent.close();

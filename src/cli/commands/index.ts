@@ -12,6 +12,8 @@ import { registerSim } from './sim.js';
 import { registerScheduler } from './scheduler.js';
 import { registerAgent } from './agent.js';
 import { registerSynth } from './synth.js';
+import { registerPut } from './put.js';
+import { registerDistribute } from './distribute.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
 
@@ -26,4 +28,6 @@ export const COMMANDS: RegisterCommand[] = [
   registerScheduler,
   registerAgent,
   registerSim,
+  registerPut,
+  registerDistribute,
 ];

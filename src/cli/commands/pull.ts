@@ -18,6 +18,7 @@ import type { RegisterCommand } from './index.js';
 import { openSource, withTokenOption } from './shared.js';
 import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
 import { WeightcastError } from '../../errors.js';
+import { openSeedSource } from '../../seed/read/open.js';
 
 /** Failures after which running the same pull again makes progress. */
 const RESUMABLE_CODES = new Set<ErrorCode>([
@@ -43,6 +44,7 @@ interface PullFlags {
   advertise?: string;
   uploadMbps?: string;
   downloadMbps?: string;
+  seeds?: string;
 }
 
 export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
@@ -61,6 +63,10 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
     .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
     .option('--scheduler <url>', 'join the swarm of this scheduler (this pull serves peers while it runs)')
     .option('--agent <url>', 'fetch through the swarm agent running on this machine, then copy out')
+    .option(
+      '--seeds <url>',
+      "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
+    )
     .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
     .option('--advertise <url>', 'with --scheduler: the URL peers use to reach this pull')
     .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
@@ -90,12 +96,13 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
         ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
       });
     }
+    const seeded =
+      flags.seeds === undefined ? undefined : await openSeedSource(src, flags.seeds, manifest, io.signal);
+    manifest = seeded?.manifest ?? manifest;
     const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
-    const origin = openSource(
-      src,
-      { ...flags, connections: concurrency, ...(files ? { files } : {}) },
-      progress,
-    );
+    const origin =
+      seeded?.origin ??
+      openSource(src, { ...flags, connections: concurrency, ...(files ? { files } : {}) }, progress);
     const started = performance.now();
     try {
       const result = await pull(origin, flags.to, {

@@ -6,6 +6,8 @@ import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
+import { CatalogStore } from '../../seed/catalog/store.js';
+import { catalogRoutes } from '../../seed/catalog/routes.js';
 import type { RegisterCommand } from './index.js';
 
 interface SchedulerFlags {
@@ -14,6 +16,7 @@ interface SchedulerFlags {
   originReaders: string;
   hostTimeoutMs: string;
   seed: string;
+  catalog?: string;
   json?: boolean;
 }
 
@@ -34,6 +37,7 @@ export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, 
       String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
     )
     .option('--seed <n>', 'seed of the scheduling tie-breaks', '1')
+    .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
 };
@@ -45,7 +49,9 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
+    const catalog = flags.catalog === undefined ? undefined : await CatalogStore.open(flags.catalog);
     const scheduler = await startScheduler({
+      ...(catalog === undefined ? {} : { catalog: catalogRoutes(catalog) }),
       host: flags.host,
       port,
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
@@ -62,6 +68,7 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
     });
     await serveUntilInterrupted(io, json, 'scheduler', { url: scheduler.url });
     await scheduler.close();
+    await catalog?.close();
     return 0;
   } catch (error) {
     return reportError(io, error, json);

@@ -1,0 +1,138 @@
+/** `weightcast put SRC --scheduler URL`: loads a model into the seed tier, placed by policy. */
+
+import type { Command } from 'commander';
+import { WeightcastError } from '../../errors.js';
+import { buildManifest } from '../../manifest/build.js';
+import { loadManifest, manifestDigest, PIECE_SIZE_DEFAULT, type Manifest } from '../../manifest/manifest.js';
+import { isPlacementPolicy, PLACEMENT_POLICIES, reportLayout } from '../../seed/plan/index.js';
+import { putModel } from '../../seed/put/put.js';
+import { formatBytes, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import { reportError, type CliIo } from '../io.js';
+import { createProgress } from '../progress.js';
+import type { RegisterCommand } from './index.js';
+import { openSource, withTokenOption } from './shared.js';
+
+interface PutFlags {
+  scheduler: string;
+  placement: string;
+  replicas: string;
+  manifest?: string;
+  pieceSize?: string;
+  concurrency: string;
+  nodeUploads: string;
+  seed: string;
+  token?: string;
+  json?: boolean;
+}
+
+export const registerPut: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  withTokenOption(program.command('put'))
+    .description('Load a model into the seed tier, placing its pieces over the seed nodes by policy')
+    .argument('<src>', 'model directory, file:// or http(s):// URL')
+    .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog (started with --catalog)')
+    .option('--placement <policy>', `${PLACEMENT_POLICIES.join(' | ')}`, 'round-robin')
+    .option('--replicas <r>', 'extra copies of every piece beyond the primary', '0')
+    .option('--manifest <file>', 'the model manifest (without it one is built from the origin, trusting it)')
+    .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
+    .option('--concurrency <n>', 'pieces read from the origin at once', '4')
+    .option('--node-uploads <n>', 'uploads to one seed node at once', '2')
+    .option('--seed <n>', 'seed of the balanced placement tie-breaks', '1')
+    .option('--json', 'JSON lines on stdout')
+    .action(async (src: string, flags: PutFlags) => setExitCode(await putCommand(src, flags, io)));
+};
+
+export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'put', json);
+  try {
+    if (!isPlacementPolicy(flags.placement)) {
+      throw new WeightcastError('USAGE', `--placement must be one of ${PLACEMENT_POLICIES.join(', ')}`);
+    }
+    const replicas = Number(flags.replicas);
+    if (!Number.isSafeInteger(replicas) || replicas < 0) {
+      throw new WeightcastError('USAGE', `--replicas must be a non-negative integer, got ${flags.replicas}`);
+    }
+    const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
+    const started = performance.now();
+    let manifest: Manifest | undefined =
+      flags.manifest === undefined ? undefined : await loadManifest(flags.manifest, { signal: io.signal });
+    const files = manifest?.files.map((file) => ({ path: file.path, size: file.size }));
+    const origin = openSource(
+      src,
+      { ...flags, connections: concurrency, ...(files ? { files } : {}) },
+      progress,
+    );
+    try {
+      if (manifest === undefined) {
+        if (!json)
+          progress.log(
+            'weightcast: no --manifest given: building one from the origin (this trusts the origin)',
+          );
+        manifest = await buildManifest(origin, {
+          pieceSize:
+            flags.pieceSize === undefined
+              ? PIECE_SIZE_DEFAULT
+              : parseByteSize(flags.pieceSize, '--piece-size'),
+          signal: io.signal,
+        });
+      }
+      const result = await putModel({
+        schedulerUrl: flags.scheduler,
+        origin,
+        manifest,
+        policy: flags.placement,
+        replicas,
+        seed: parsePositiveInt(flags.seed, '--seed'),
+        concurrency,
+        nodeUploads: parsePositiveInt(flags.nodeUploads, '--node-uploads'),
+        signal: io.signal,
+        onEvent: (event) => {
+          if (event.type === 'progress') progress.update(event.bytesDone, event.bytesTotal);
+          else if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
+          else if (event.type === 'placement')
+            progress.log(
+              `weightcast: ${event.pieces} pieces over ${event.nodes.length} seed nodes; sending ${event.piecesToSend} pieces (${formatBytes(event.bytesToSend)})`,
+            );
+          else
+            progress.log(
+              `weightcast: piece ${event.piece} failed verification at the origin (attempt ${event.attempt})`,
+            );
+        },
+      });
+      progress.finish();
+      const report = reportLayout({
+        model: result.model,
+        nodes: result.snapshot.nodes,
+        pieces: result.snapshot.pieces,
+      });
+      const seconds = (performance.now() - started) / 1000;
+      if (json) {
+        io.stdout(
+          JSON.stringify({
+            event: 'done',
+            model: manifestDigest(manifest),
+            alreadyPresent: result.alreadyPresent,
+            piecesSent: result.piecesSent,
+            bytesSent: result.bytesSent,
+            seconds,
+            layout: report,
+          }) + '\n',
+        );
+      } else {
+        io.stdout(
+          (result.alreadyPresent
+            ? `model ${manifestDigest(manifest)} is already in the seed tier; nothing sent\n`
+            : `put ${result.piecesSent} pieces (${formatBytes(result.bytesSent)}) into the seed tier in ${formatSeconds(seconds)}; every piece verified\n` +
+              `model ${manifestDigest(manifest)}\n`) +
+            `${report.measuredNodes} nodes, busiest ${report.busiestNode} ${report.busiestPieces} pieces, read efficiency ${report.readEfficiency.toFixed(2)}\n`,
+        );
+      }
+      return 0;
+    } finally {
+      await origin.close();
+    }
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
+  }
+}

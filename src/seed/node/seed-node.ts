@@ -1,0 +1,363 @@
+/**
+ * A seed node: an agent started with `--role seed` holds pieces for the tier without consuming
+ * models. Its routes are mounted by the agent's HTTP server under `/v1/seed`:
+ *
+ *   GET    /v1/seed/models                          -> { models: [hex] }
+ *   PUT    /v1/seed/models/<hex>          manifest  -> { model } (store the manifest; idempotent)
+ *   GET    /v1/seed/models/<hex>/manifest           -> canonical manifest bytes
+ *   GET    /v1/seed/models/<hex>/pieces             -> { held: [n] }
+ *   PUT    /v1/seed/models/<hex>/pieces/<n>  bytes  -> { result: stored|duplicate } (verified first)
+ *   GET    /v1/seed/models/<hex>/pieces/<n>         -> the piece's bytes
+ *   DELETE /v1/seed/models/<hex>/pieces/<n>         -> 204
+ *   POST   /v1/seed/models/<hex>/pieces/<n>/verify  -> { ok, digest } (hash again from disk)
+ *   POST   /v1/seed/models/<hex>/pieces/<n>/copy  {from, bytesPerSecond?} -> { result }
+ *   GET    /v1/seed/models/<hex>/files/<path>  (Range) -> bytes of held pieces, for full-mesh reads
+ *
+ * A copy is pulled by the target from the source node and verified against the manifest before it
+ * is stored; when the target lacks the manifest it takes it from the source, checked by its digest.
+ */
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { request } from 'undici';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
+import { parseManifest, manifestDigest, MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
+import { Throttle } from '../../util/throttle.js';
+import { CatalogClient } from '../catalog/client.js';
+import {
+  copyRequestSchema,
+  modelHexSchema,
+  parseBody,
+  pathParts,
+  readBody,
+  readJson,
+  sendSeedError,
+  sendSeedJson,
+  seedCallRaw,
+} from '../wire.js';
+import { SeedPieceStore } from './piece-files.js';
+
+export interface SeedNodeOptions {
+  /** Where pieces are kept (a folder of its own, e.g. `<cache>/seed`). */
+  dir: string;
+  /** Cap on what this node serves (reads and copies out); undefined = none. */
+  uploadBytesPerSecond?: number;
+  /** Reads served at once; more get 503 SWARM_BUSY with Retry-After. Default 16. */
+  uploadsMax?: number;
+  /** Fault injection for tests: store every piece with one byte flipped. */
+  corruptStores?: boolean;
+}
+
+const COPY_TIMEOUT_MS = 300_000;
+const REGISTER_ATTEMPTS = 30;
+const REGISTER_RETRY_MS = 1000;
+const RANGE_BYTES_MAX = 1024 * 1024 * 1024;
+
+export class SeedNode {
+  private uploads = 0;
+  private readonly uploadThrottle: Throttle;
+
+  private constructor(
+    readonly store: SeedPieceStore,
+    private readonly options: SeedNodeOptions,
+  ) {
+    this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
+  }
+
+  static async open(options: SeedNodeOptions): Promise<SeedNode> {
+    const store = await SeedPieceStore.open(options.dir, {
+      ...(options.corruptStores === true ? { corruptStores: true } : {}),
+    });
+    return new SeedNode(store, options);
+  }
+
+  /** Registers this node with the catalog, retrying while the scheduler starts (bounded). */
+  async register(schedulerUrl: string, name: string, url: string, signal?: AbortSignal): Promise<void> {
+    const catalog = new CatalogClient(schedulerUrl);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await catalog.registerNode(name, url, { signal });
+        return;
+      } catch (error) {
+        const retryable = isWeightcastError(error, 'SEED_NODE_UNREACHABLE');
+        if (!retryable || attempt >= REGISTER_ATTEMPTS || signal?.aborted === true) throw error;
+        await new Promise((resolve) => setTimeout(resolve, REGISTER_RETRY_MS));
+      }
+    }
+  }
+
+  /** Answers a request under `/v1/seed` (errors included). */
+  readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    try {
+      await this.route(req, res);
+    } catch (error) {
+      sendSeedError(res, error);
+    }
+  };
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { parts } = pathParts(req);
+    // parts[0..1] are 'v1', 'seed'.
+    const method = req.method ?? 'GET';
+    if (parts[2] !== 'models') throw new WeightcastError('USAGE', `no seed route ${method} ${req.url ?? ''}`);
+    if (parts.length === 3 && method === 'GET') {
+      return sendSeedJson(res, 200, { models: this.store.modelList() });
+    }
+    const hex = parseBody(modelHexSchema, parts[3], 'model name');
+    if (parts.length === 4 && method === 'PUT') {
+      const bytes = await readBody(req, MANIFEST_BYTES_MAX);
+      const manifest = parseManifest(bytes, 'the manifest sent to this seed node');
+      if (manifestDigest(manifest) !== `sha256:${hex}`) {
+        throw new WeightcastError('MANIFEST_DIGEST_MISMATCH', `the manifest sent is not model ${hex}`);
+      }
+      await this.store.addModel(manifest);
+      return sendSeedJson(res, 200, { model: hex });
+    }
+    if (parts.length === 5 && parts[4] === 'manifest' && method === 'GET') {
+      const bytes = this.store.manifestBytes(hex);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length });
+      res.end(bytes);
+      return;
+    }
+    if (parts[4] === 'pieces') {
+      if (parts.length === 5 && method === 'GET')
+        return sendSeedJson(res, 200, { held: this.store.held(hex) });
+      const piece = pieceNumber(parts[5]);
+      if (parts.length === 6) return this.pieceRoute(hex, piece, method, req, res);
+      if (parts.length === 7 && parts[6] === 'verify' && method === 'POST') {
+        return sendSeedJson(res, 200, await this.store.verify(hex, piece));
+      }
+      if (parts.length === 7 && parts[6] === 'copy' && method === 'POST') {
+        const body = parseBody(copyRequestSchema, await readJson(req), 'copy request');
+        const result = await this.copyFrom(hex, piece, body.from, body.bytesPerSecond);
+        return sendSeedJson(res, 200, { result });
+      }
+    }
+    if (parts[4] === 'files' && parts.length > 5 && (method === 'GET' || method === 'HEAD')) {
+      return this.serveFile(hex, parts.slice(5).join('/'), req, res);
+    }
+    throw new WeightcastError('USAGE', `no seed route ${method} ${req.url ?? ''}`);
+  }
+
+  private async pieceRoute(
+    hex: string,
+    piece: number,
+    method: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    if (method === 'PUT') {
+      const map = this.store.map(hex);
+      if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
+      const bytes = await readBody(req, map.pieceLength(piece));
+      return sendSeedJson(res, 200, { result: await this.store.put(hex, piece, bytes) });
+    }
+    if (method === 'DELETE') {
+      await this.store.remove(hex, piece);
+      res.writeHead(204).end();
+      return;
+    }
+    if (method === 'GET') {
+      const map = this.store.map(hex);
+      if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
+      const buffer = Buffer.allocUnsafe(map.pieceLength(piece));
+      return this.upload(res, buffer, async () => this.store.read(hex, piece, 0, buffer), {});
+    }
+    throw new WeightcastError('USAGE', `no seed route ${method} for a piece`);
+  }
+
+  /** Byte ranges of a model file, answered only from pieces held here. */
+  private async serveFile(
+    hex: string,
+    path: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const map = this.store.map(hex);
+    const fileIndex = map.manifest.files.findIndex((file) => file.path === path);
+    const file = map.manifest.files[fileIndex];
+    if (file === undefined) throw new WeightcastError('ORIGIN_NOT_FOUND', `model ${hex} has no file ${path}`);
+    const range = parseRange(req.headers.range, file.size);
+    if (range === undefined) {
+      res.writeHead(416, { 'content-range': `bytes */${file.size}` }).end();
+      return;
+    }
+    if (range.end - range.start > RANGE_BYTES_MAX) {
+      throw new WeightcastError('LIMIT_EXCEEDED', `ranges are at most ${RANGE_BYTES_MAX} bytes`);
+    }
+    const pieces = map.piecesOfRange(fileIndex, range.start, range.end);
+    const missing = pieces.find((piece) => !this.store.has(hex, piece));
+    if (missing !== undefined) {
+      throw new WeightcastError('SEED_PIECE_NOT_HELD', `piece ${missing} of ${path} is not held here`, {
+        piece: missing,
+      });
+    }
+    const headers = {
+      'accept-ranges': 'bytes',
+      'content-range': `bytes ${range.start}-${range.end - 1}/${file.size}`,
+    };
+    if (req.method === 'HEAD') {
+      res.writeHead(206, { ...headers, 'content-length': range.end - range.start }).end();
+      return;
+    }
+    const buffer = Buffer.allocUnsafe(range.end - range.start);
+    const fill = async (): Promise<void> => {
+      let position = range.start;
+      for (const piece of pieces) {
+        const pieceStart = map.locate(piece).offset;
+        const pieceEnd = Math.min(range.end, pieceStart + map.pieceSize);
+        await this.store.read(
+          hex,
+          piece,
+          position - pieceStart,
+          buffer.subarray(position - range.start, pieceEnd - range.start),
+        );
+        position = pieceEnd;
+      }
+    };
+    return this.upload(res, buffer, fill, headers, 206);
+  }
+
+  /** Fills a buffer and sends it under the upload slots and cap. */
+  private async upload(
+    res: ServerResponse,
+    buffer: Buffer,
+    fill: () => Promise<void>,
+    headers: Record<string, string>,
+    status = 200,
+  ): Promise<void> {
+    const slots = this.options.uploadsMax ?? 16;
+    if (this.uploads >= slots) throw new WeightcastError('SWARM_BUSY', `all ${slots} upload slots are busy`);
+    this.uploads++;
+    try {
+      await fill();
+      res.writeHead(status, {
+        ...headers,
+        'content-type': 'application/octet-stream',
+        'content-length': buffer.length,
+      });
+      const chunk = this.uploadThrottle.limited ? 256 * 1024 : buffer.length;
+      for (let offset = 0; offset < buffer.length; offset += chunk) {
+        if (res.destroyed) return;
+        const part = buffer.subarray(offset, Math.min(buffer.length, offset + chunk));
+        await this.uploadThrottle.take(part.length);
+        if (!res.write(part)) await waitDrain(res);
+      }
+      await new Promise<void>((resolve) => res.end(resolve));
+    } finally {
+      this.uploads--;
+    }
+  }
+
+  /** Pulls a piece from another seed node, verifies it against the manifest and stores it. */
+  private async copyFrom(
+    hex: string,
+    piece: number,
+    from: string,
+    bytesPerSecond: number | undefined,
+  ): Promise<'stored' | 'duplicate'> {
+    const source = from.replace(/\/+$/, '');
+    if (!this.store.hasModel(hex)) {
+      const bytes = await seedCallRaw(`${source}/v1/seed/models/${hex}/manifest`, 'the source seed node', {
+        timeoutMs: COPY_TIMEOUT_MS,
+        maxBytes: MANIFEST_BYTES_MAX,
+      });
+      const manifest = parseManifest(bytes, 'the source seed node manifest');
+      if (manifestDigest(manifest) !== `sha256:${hex}`) {
+        throw new WeightcastError('MANIFEST_DIGEST_MISMATCH', `the source's manifest is not model ${hex}`);
+      }
+      await this.store.addModel(manifest);
+    }
+    if (this.store.has(hex, piece)) return 'duplicate';
+    const map = this.store.map(hex);
+    if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
+    const bytes = await fetchPiece(
+      `${source}/v1/seed/models/${hex}/pieces/${piece}`,
+      map.pieceLength(piece),
+      bytesPerSecond,
+    );
+    return this.store.put(hex, piece, bytes);
+  }
+}
+
+/** GETs a piece from a seed node into one buffer, at most `bytesPerSecond` when given. */
+async function fetchPiece(url: string, length: number, bytesPerSecond: number | undefined): Promise<Buffer> {
+  const throttle = new Throttle(bytesPerSecond);
+  let response;
+  try {
+    response = await request(url, { method: 'GET', signal: AbortSignal.timeout(COPY_TIMEOUT_MS) });
+  } catch (error) {
+    throw new WeightcastError(
+      'SEED_NODE_UNREACHABLE',
+      `the source seed node at ${url} did not answer: ${(error as Error).message}`,
+      { url },
+      { cause: error },
+    );
+  }
+  if (response.statusCode !== 200) {
+    const text = await response.body.text().catch(() => '');
+    const code = /"code":"(SEED_PIECE_NOT_HELD|SEED_UNKNOWN_MODEL|SWARM_BUSY)"/.exec(text)?.[1];
+    throw new WeightcastError(
+      code === 'SWARM_BUSY' ? 'SWARM_BUSY' : code === undefined ? 'SWARM_PROTOCOL' : 'SEED_PIECE_NOT_HELD',
+      `the source seed node answered ${response.statusCode} for ${url}`,
+      { url },
+    );
+  }
+  const buffer = Buffer.allocUnsafe(length);
+  let filled = 0;
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      if (filled + chunk.length > length)
+        throw new WeightcastError('SEED_VERIFY_FAILED', `${url} sent too many bytes`);
+      chunk.copy(buffer, filled);
+      filled += chunk.length;
+      await throttle.take(chunk.length);
+    }
+  } catch (error) {
+    if (isWeightcastError(error)) throw error;
+    throw new WeightcastError(
+      'SEED_NODE_UNREACHABLE',
+      `copy from ${url} broke off`,
+      { url },
+      { cause: error },
+    );
+  }
+  if (filled !== length)
+    throw new WeightcastError('SEED_VERIFY_FAILED', `${url} sent ${filled} of ${length} bytes`);
+  return buffer;
+}
+
+function pieceNumber(text: string | undefined): number {
+  const piece = Number(text);
+  if (text === undefined || !/^\d+$/.test(text) || !Number.isSafeInteger(piece)) {
+    throw new WeightcastError('SWARM_PROTOCOL', `bad piece number ${String(text)}`);
+  }
+  return piece;
+}
+
+/** `bytes=a-b`, `bytes=a-`, `bytes=-n` or none (the whole file); undefined when unsatisfiable. */
+function parseRange(header: string | undefined, size: number): { start: number; end: number } | undefined {
+  if (header === undefined) return size === 0 ? undefined : { start: 0, end: size };
+  const match = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
+  if (match === null) return undefined;
+  const [, first = '', last = ''] = match;
+  if (first === '' && last === '') return undefined;
+  if (first === '') {
+    const suffix = Number(last);
+    return suffix === 0 ? undefined : { start: Math.max(0, size - suffix), end: size };
+  }
+  const start = Number(first);
+  const end = last === '' ? size : Math.min(size, Number(last) + 1);
+  return start >= size || end <= start ? undefined : { start, end };
+}
+
+function waitDrain(res: ServerResponse): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
