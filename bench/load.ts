@@ -7,24 +7,35 @@
  *   - streaming load into memory (tensors consumed and discarded), without and with a manifest;
  *   - `weightcast load --format shm` (tensors written into /dev/shm);
  *   - a one-file-at-a-time serial loader (readFile each file, then parse it);
- *   - torch.load of the same weights (a slot: `torchLoadRow` returns null until its script exists
- *     and python3 can import torch).
+ *   - torch.load of the same weights saved with torch.save, and the Python reader
+ *     (bench/torch-baseline.ts; skipped with the reason when /usr/bin/python3 has no torch).
  * Every loader runs in a child process, so its peak RSS (maxRSS) is its own.
+ * Then slice-aware fetch (src/loader/slice): bytes fetched per rank against the rank's slice plus
+ * replicated bytes, for TP 2, 4 and 8 on small synthetic llama and deepseek-v3 checkpoints, with a
+ * plan manifest (goal <= 1.02 x) and with only the model manifest (whole pieces); and lazy loading
+ * through an agent filling from a rate-capped origin (real processes on loopback): time to the first
+ * layer against time to the whole rank.
  * Options: --size-mb N (default 4096), --memory-mb M (default 512: the peak RSS goal; the loaders'
- * buffers get M - 64 MiB, the rest is Node itself), --no-cold.
+ * buffers get M - 64 MiB, the rest is Node itself), --no-cold, --only stream|slice.
  */
 
 import { spawn } from 'node:child_process';
-import { access, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseSafetensorsBuffer } from '../src/format/safetensors.js';
 import { loadTensors } from '../src/loader/stream/load.js';
+import { buildParallelPlan } from '../src/loader/plan/build.js';
+import { buildPlanManifest, readModelDirectory } from '../src/loader/plan/files.js';
+import { loadRank, type LoadRankOptions } from '../src/loader/slice/load-rank.js';
 import { buildManifest } from '../src/manifest/build.js';
-import { loadManifest, writeManifest } from '../src/manifest/manifest.js';
+import { loadManifest, writeManifest, type Manifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
+import type { SynthArch } from '../src/synth/architectures.js';
 import { synthesizeModel } from '../src/synth/synth.js';
+import { Cluster, type AgentStatus } from '../scripts/cluster.js';
+import { torchBaselineRows, type Row as TorchRow } from './torch-baseline.js';
 
 const BIN = fileURLToPath(new URL('../../bin/weightcast.js', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -132,21 +143,6 @@ async function dropCaches(): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/**
- * The torch.load baseline: the same weights saved with torch.save, loaded by torch.load in a
- * python3 child. A slot for now: it returns null (the row then says why) until the script exists;
- * fill it in to return `{ seconds, peakRssBytes }` measured like the other children.
- */
-async function torchLoadRow(_dir: string): Promise<Measured | null> {
-  try {
-    await access('/usr/bin/python3');
-    await run('/usr/bin/python3', ['-c', 'import torch']);
-  } catch {
-    return null;
-  }
-  return null;
 }
 
 async function shmLoad(dir: string, memoryMb: number, to: string): Promise<Measured> {
@@ -280,12 +276,11 @@ async function main(): Promise<void> {
     measured: await loaderChild('serial', dir, memoryMb, manifestPath),
     goal: 'baseline',
   });
-  const torch = await torchLoadRow(dir);
-  rows.push({
-    what: torch === null ? 'torch.load (slot: needs python3 with torch and its script)' : 'torch.load',
-    bytes,
-    measured: torch ?? undefined,
-    goal: 'stream >= 5 x this',
+  let torchSkipped = '';
+  const torchRows = await torchBaselineRows(dir, {
+    streamingLoadSeconds: stream.seconds,
+    streamingLabel: `stream into memory, no manifest, ${buffersMb} MiB buffers`,
+    onSkip: (reason) => (torchSkipped = reason),
   });
   if (!process.argv.includes('--no-cold')) {
     if (await dropCaches()) {
@@ -310,6 +305,197 @@ async function main(): Promise<void> {
     `\nmodel: ${files.length} safetensors files, ${(bytes / MiB).toFixed(0)} MiB, in ${dir}\n\n`,
   );
   printTable(rows, catWarm);
+  process.stdout.write('\n');
+  if (torchRows === null) process.stdout.write(`torch baselines skipped: ${torchSkipped}\n`);
+  else printTorchTable(torchRows);
+}
+
+function printTorchTable(rows: readonly TorchRow[]): void {
+  const show = (row: TorchRow, value: number): string =>
+    row.unit === 'bytes' ? `${(value / MiB).toFixed(0)} MiB` : `${(value / MiB).toFixed(0)} MiB/s`;
+  printRows(
+    ['what', 'value', 'baseline', 'baseline value', 'x baseline', 'goal', 'met', 'note'],
+    rows.map((row) => [
+      row.what,
+      show(row, row.rate),
+      row.baseline,
+      show(row, row.baselineRate),
+      (row.unit === 'bytes' ? row.baselineRate / row.rate : row.rate / row.baselineRate).toFixed(2),
+      row.goal,
+      row.met === undefined ? '' : row.met ? 'yes' : 'no',
+      row.note,
+    ]),
+  );
+}
+
+function printRows(header: readonly string[], lines: ReadonlyArray<readonly string[]>): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
+  const format = (values: readonly string[]): string =>
+    '| ' + values.map((v, i) => v.padEnd(widths[i] ?? 0)).join(' | ') + ' |';
+  process.stdout.write(format(header) + '\n');
+  process.stdout.write('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|\n');
+  for (const line of lines) process.stdout.write(format(line) + '\n');
+}
+
+// ---- slice-aware fetch: bytes per rank, and lazy loading through an agent ---------------------------
+
+/** The per-rank goal with a plan manifest (PRODUCT.md, "rank bytes"). */
+const RANK_BYTES_GOAL = 1.02;
+const SLICE_MODEL_MB = 48;
+const SLICE_PIECE_BYTES = 1024 * 1024;
+
+async function sliceModel(arch: SynthArch): Promise<{ dir: string; manifest: Manifest }> {
+  const root = join(tmpdir(), `weightcast-bench-slice-${arch}-${SLICE_MODEL_MB}mb`);
+  const dir = join(root, 'model');
+  const manifestPath = join(root, 'manifest.json');
+  const marker = join(root, 'complete');
+  const ready = await stat(marker).then(
+    () => true,
+    () => false,
+  );
+  if (!ready) {
+    await rm(root, { recursive: true, force: true });
+    // 16 heads and 16 experts: every split of tp 8 is even; 4 layers keep it small.
+    await synthesizeModel({
+      dir,
+      arch,
+      sizeBytes: SLICE_MODEL_MB * MiB,
+      heads: 16,
+      layers: 4,
+      ...(arch === 'deepseek-v3' ? { experts: 16 } : {}),
+      seed: 2,
+    });
+    const origin = new LocalOrigin(dir);
+    await writeManifest(manifestPath, await buildManifest(origin, { pieceSize: SLICE_PIECE_BYTES }));
+    await origin.close();
+    await writeFile(marker, new Date().toISOString() + '\n');
+  }
+  return { dir, manifest: await loadManifest(manifestPath) };
+}
+
+async function sliceRows(): Promise<string[][]> {
+  const lines: string[][] = [];
+  for (const arch of ['llama', 'deepseek-v3'] as const) {
+    const { dir, manifest } = await sliceModel(arch);
+    const source = await readModelDirectory(dir);
+    for (const tp of [2, 4, 8]) {
+      const plan = buildParallelPlan(source, { tp });
+      const planManifest = await buildPlanManifest(source, plan);
+      for (const mode of ['plan manifest', 'model manifest only'] as const) {
+        let rankBytesSum = 0;
+        let fetchedSum = 0;
+        let worst = 0;
+        let seconds = 0;
+        for (let rank = 0; rank < tp; rank++) {
+          const to = join(tmpdir(), `weightcast-bench-slice-out-${process.pid}`);
+          const options: LoadRankOptions = {
+            tp,
+            rank,
+            to,
+            format: 'shm',
+            order: 'single',
+            ...(mode === 'plan manifest' ? { planManifest } : { manifest }),
+          };
+          try {
+            const result = await loadRank(dir, options);
+            const rankBytes = result.sliceBytes + result.replicatedBytes;
+            rankBytesSum += rankBytes;
+            fetchedSum += result.bytesFetched;
+            worst = Math.max(worst, result.bytesFetched / rankBytes);
+            seconds += result.seconds;
+          } finally {
+            await rm(to, { recursive: true, force: true });
+          }
+        }
+        const withPlan = mode === 'plan manifest';
+        lines.push([
+          `${arch} tp ${tp}, ${mode}`,
+          `${(rankBytesSum / tp / MiB).toFixed(2)} MiB`,
+          `${(fetchedSum / tp / MiB).toFixed(2)} MiB`,
+          `${worst.toFixed(3)} x`,
+          `${(plan.modelBytes / (rankBytesSum / tp)).toFixed(2)} x`,
+          (seconds / tp).toFixed(2),
+          withPlan ? `<= ${RANK_BYTES_GOAL} x` : 'verified by whole pieces',
+          withPlan ? (worst <= RANK_BYTES_GOAL ? 'yes' : 'no') : '',
+        ]);
+      }
+    }
+  }
+  return lines;
+}
+
+/**
+ * Lazy loading: one agent joins a model it does not hold while a loader reads rank 0 of tp 2 through
+ * it; the origin is capped so the swarm fills over seconds. Reports both times and how much of the
+ * model the agent held when the first layer was in.
+ */
+async function lazyRow(): Promise<string[]> {
+  const root = join(tmpdir(), `weightcast-bench-lazy-${process.pid}`);
+  const dir = join(root, 'model');
+  try {
+    await synthesizeModel({ dir, arch: 'llama', sizeBytes: 24 * MiB, heads: 16, layers: 16, seed: 4 });
+    const origin = new LocalOrigin(dir);
+    const manifest = await buildManifest(origin, { pieceSize: 256 * 1024 });
+    await origin.close();
+    const originMbps = 64;
+    const cluster = await Cluster.start({
+      modelDir: dir,
+      manifest,
+      workDir: join(root, 'cluster'),
+      hosts: 1,
+      originMbps,
+    });
+    try {
+      let held: AgentStatus | undefined;
+      const result = await loadRank(cluster.originUrl, {
+        tp: 2,
+        rank: 0,
+        to: join(root, 'rank0'),
+        format: 'shm',
+        manifest,
+        agentUrl: cluster.agentUrl(0),
+        onEvent: async (event) => {
+          if (event.type === 'first-layer') held = await cluster.status(0);
+        },
+      });
+      const share = held === undefined ? NaN : (100 * held.held) / held.pieceCount;
+      return [
+        `llama 16 layers, 24 MiB, tp 2 rank 0 via agent, origin ${originMbps} Mbit/s`,
+        (result.firstLayerSeconds ?? NaN).toFixed(2),
+        result.seconds.toFixed(2),
+        `${share.toFixed(0)}%`,
+        'first layer well before the rank',
+      ];
+    } finally {
+      await cluster.close();
+    }
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
+async function sliceMain(): Promise<void> {
+  process.stdout.write(
+    '\nslice-aware fetch: bytes fetched per rank (mean over the ranks; worst rank ratio)\n\n',
+  );
+  printRows(
+    [
+      'layout',
+      'rank bytes (slice + replicated)',
+      'fetched',
+      'worst fetched / rank bytes',
+      'naive (whole model) / rank bytes',
+      's per rank',
+      'goal',
+      'met',
+    ],
+    await sliceRows(),
+  );
+  process.stdout.write('\nlazy loading through a filling agent\n\n');
+  printRows(
+    ['what', 'first layer s', 'whole rank s', 'agent held at first layer', 'goal'],
+    [await lazyRow()],
+  );
 }
 
 const childAt = process.argv.indexOf('--child');
@@ -317,5 +503,8 @@ if (childAt >= 0) {
   const [kind, dir, memoryMb, manifestPath] = process.argv.slice(childAt + 1);
   await childMain(kind ?? '', dir ?? '', Number(memoryMb), manifestPath ?? '');
 } else {
-  await main();
+  const only =
+    process.argv.indexOf('--only') >= 0 ? process.argv[process.argv.indexOf('--only') + 1] : undefined;
+  if (only !== 'slice') await main();
+  if (only !== 'stream') await sliceMain();
 }

@@ -2,6 +2,10 @@
  * `weightcast load SRC --format hf|shm [--to DIR]`: streams a model's tensors into memory as their
  * bytes arrive (verified against `--manifest` when given) and writes them out: `hf` reproduces the
  * original files byte for byte, `shm` writes safetensors files into a shared-memory directory.
+ *
+ * With `--tp T --rank R` it loads one rank of a parallel layout instead (src/loader/slice): only the
+ * bytes the rank's slices need, verified by `--plan-manifest` or the model manifest's pieces, written
+ * as `hf`, `shm` or vLLM `sharded-state` files; `--agent URL` reads through the local agent.
  */
 
 import { basename } from 'node:path';
@@ -13,6 +17,10 @@ import { openLoadStream } from '../../loader/stream/load.js';
 import { closeModelSource, modelBytes, openModelSource } from '../../loader/stream/model-source.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../loader/stream/read-stream.js';
 import { SHM_REQUESTS, SHM_ROOT_DEFAULT, ShmOutput } from '../../loader/stream/shm-output.js';
+import { readPlanManifest } from '../../loader/plan/files.js';
+import type { ParallelismOptions } from '../../loader/plan/types.js';
+import { loadRank, type LoadRankResult } from '../../loader/slice/load-rank.js';
+import type { SliceFormat } from '../../loader/slice/outputs.js';
 import { formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
@@ -21,8 +29,20 @@ import { openSource, withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
 
-interface LoadFlags {
+export interface LoadFlags {
   to?: string;
+  tp?: string;
+  rank?: string;
+  pp?: string;
+  stage?: string;
+  ep?: string;
+  weights?: string;
+  planManifest?: string;
+  planDigest?: string;
+  agent?: string;
+  order?: string;
+  partMb?: string;
+  replicateUnknown?: boolean;
   format: string;
   memoryMb: string;
   concurrency: string;
@@ -39,9 +59,25 @@ export const registerLoad: RegisterCommand = (program: Command, io: CliIo, setEx
     .option('--to <dir>', `output directory (shm default: ${SHM_ROOT_DEFAULT}/<name>)`)
     .option(
       '--format <format>',
-      'hf (original files, byte-identical) or shm (safetensors in shared memory)',
+      'hf (original files, byte-identical; a rank: its slices in files named like the source), shm (safetensors in shared memory) or sharded-state (a rank as vLLM model-rank-R-part-P files)',
       'shm',
     )
+    .option('--tp <n>', 'load one rank of this many tensor-parallel ranks (slice-aware fetch)')
+    .option('--rank <r>', 'the rank to load (within --stage when given, else global)')
+    .option('--pp <n>', 'pipeline stages', '1')
+    .option('--stage <s>', 'the pipeline stage of --rank')
+    .option('--ep <n>', 'expert-parallel groups per stage', '1')
+    .option('--weights <list>', 'relative sizes of the tp ranks, e.g. 3,1 (default: even)')
+    .option('--replicate-unknown', 'replicate tensors no plan rule covers instead of failing')
+    .option('--plan-manifest <file>', 'fetch exactly the slices and check each against this plan manifest')
+    .option('--plan-digest <sha256>', 'refuse the plan manifest unless its digest is this')
+    .option('--agent <url>', 'read through the weightcast agent on this machine (needs --manifest)')
+    .option(
+      '--order <order>',
+      'slice reads: model (first layer first, default) or file (one stream)',
+      'model',
+    )
+    .option('--part-mb <mb>', 'sharded-state: MiB of tensors per part file', String(5 * 1024))
     .option(
       '--memory-mb <mb>',
       'memory budget for bytes in flight and not yet written',
@@ -58,9 +94,16 @@ export const registerLoad: RegisterCommand = (program: Command, io: CliIo, setEx
 };
 
 export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Promise<number> {
+  if (flags.tp !== undefined || flags.rank !== undefined) return loadRankCommand(src, flags, io);
   const json = flags.json === true;
   const progress = createProgress(io, 'loading', json);
   try {
+    if (flags.agent !== undefined || flags.planManifest !== undefined || flags.stage !== undefined) {
+      throw new WeightcastError(
+        'USAGE',
+        '--agent, --plan-manifest and --stage load one rank: give --tp and --rank',
+      );
+    }
     const format = parseFormat(flags.format);
     const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * MiB;
     const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
@@ -160,12 +203,143 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
 
 function parseFormat(text: string): 'hf' | 'shm' {
   if (text === 'hf' || text === 'shm') return text;
-  throw new WeightcastError('USAGE', `--format must be hf or shm, got ${JSON.stringify(text)}`);
+  throw new WeightcastError(
+    'USAGE',
+    `--format must be hf or shm (sharded-state needs --tp and --rank), got ${JSON.stringify(text)}`,
+  );
 }
 
 /** The last path segment of SRC, made safe for a directory name. */
-function outputName(src: string): string {
+export function outputName(src: string): string {
   const trimmed = src.replace(/[?#].*$/, '').replace(/\/+$/, '');
   const name = basename(trimmed).replace(/[^A-Za-z0-9._-]/g, '_');
   return name === '' || name === '.' || name === '..' ? 'model' : name;
+}
+
+/** `load --tp T --rank R ...`: one rank of a parallel layout, only the bytes its slices need. */
+async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'loading rank', json);
+  try {
+    if (flags.tp === undefined || flags.rank === undefined) {
+      throw new WeightcastError('USAGE', 'loading one rank needs both --tp and --rank');
+    }
+    const format = parseSliceFormat(flags.format);
+    const parallel: ParallelismOptions = {
+      tp: parsePositiveInt(flags.tp, '--tp'),
+      pp: parsePositiveInt(flags.pp ?? '1', '--pp'),
+      ep: parsePositiveInt(flags.ep ?? '1', '--ep'),
+      unknownTensors: flags.replicateUnknown === true ? 'replicate' : 'error',
+      ...(flags.weights === undefined
+        ? {}
+        : { weights: flags.weights.split(',').map((part) => parsePositiveInt(part, '--weights')) }),
+    };
+    const rank = globalRank(flags, parallel);
+    if (format !== 'shm' && flags.to === undefined)
+      throw new WeightcastError('USAGE', `--format ${format} needs --to DIR`);
+    const to = flags.to ?? `${SHM_ROOT_DEFAULT}/${outputName(src)}-rank-${rank}`;
+    const order = flags.order ?? 'model';
+    if (order !== 'model' && order !== 'file')
+      throw new WeightcastError('USAGE', `--order must be model or file, got ${JSON.stringify(order)}`);
+    const manifest =
+      flags.manifest === undefined
+        ? undefined
+        : await loadManifest(flags.manifest, {
+            signal: io.signal,
+            ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+          });
+    const planManifest =
+      flags.planManifest === undefined
+        ? undefined
+        : await readPlanManifest(flags.planManifest, {
+            signal: io.signal,
+            ...(flags.planDigest !== undefined ? { expectedDigest: flags.planDigest } : {}),
+          });
+    const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
+    const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
+    const result = await loadRank(src, {
+      ...parallel,
+      rank,
+      to,
+      format,
+      memoryBytes: parsePositiveInt(flags.memoryMb, '--memory-mb') * MiB,
+      concurrency,
+      order: order === 'file' ? 'single' : 'model',
+      partBytesMax: parsePositiveInt(flags.partMb ?? String(5 * 1024), '--part-mb') * MiB,
+      originOptions: { connections: concurrency },
+      signal: io.signal,
+      ...(manifest === undefined ? {} : { manifest }),
+      ...(planManifest === undefined ? {} : { planManifest }),
+      ...(flags.agent === undefined ? {} : { agentUrl: flags.agent }),
+      ...(token === undefined || token === '' ? {} : { token }),
+      onEvent: (event) => {
+        if (event.type === 'progress') progress.update(event.bytesDelivered, event.bytesTotal);
+        else if (event.type === 'planned' && event.verification === 'none' && !json) {
+          progress.log(
+            'weightcast: no --plan-manifest or --manifest given: headers are validated, the bytes are trusted',
+          );
+        } else if (event.type === 'first-layer' && !json) {
+          progress.log(`weightcast: first layer in after ${formatSeconds(event.seconds)}`);
+        }
+      },
+    });
+    progress.finish();
+    const summary = {
+      event: 'done',
+      ...result,
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    };
+    if (json) io.stdout(JSON.stringify(summary) + '\n');
+    else io.stdout(renderRankSummary(summary));
+    return 0;
+  } catch (error) {
+    progress.finish();
+    return reportError(io, error, json);
+  }
+}
+
+function parseSliceFormat(text: string): SliceFormat {
+  if (text === 'hf' || text === 'shm' || text === 'sharded-state') return text;
+  throw new WeightcastError(
+    'USAGE',
+    `--format must be hf, shm or sharded-state, got ${JSON.stringify(text)}`,
+  );
+}
+
+/** --rank is global, or the rank within --stage when a stage is given. */
+function globalRank(flags: LoadFlags, parallel: ParallelismOptions): number {
+  const rank = parseCount(flags.rank ?? '', '--rank');
+  if (flags.stage === undefined) return rank;
+  const stage = parseCount(flags.stage, '--stage');
+  const perStage = Math.max(parallel.tp, parallel.ep ?? 1);
+  if (stage >= (parallel.pp ?? 1))
+    throw new WeightcastError('USAGE', `--stage must be below --pp, got ${stage}`);
+  if (rank >= perStage)
+    throw new WeightcastError('USAGE', `with --stage, --rank must be below ${perStage}, got ${rank}`);
+  return stage * perStage + rank;
+}
+
+function parseCount(text: string, flag: string): number {
+  if (!/^\d+$/.test(text.trim()))
+    throw new WeightcastError('USAGE', `${flag} must be a non-negative integer, got ${JSON.stringify(text)}`);
+  return Number(text);
+}
+
+function renderRankSummary(result: LoadRankResult & { peakRssBytes: number }): string {
+  const rankBytes = result.sliceBytes + result.replicatedBytes;
+  const ratio = result.fetchRatio === null ? '-' : `${result.fetchRatio.toFixed(3)} x`;
+  const verified =
+    result.verification === 'plan-manifest'
+      ? `every slice verified: ${result.slicesVerified} SHA-256 digests from the plan manifest`
+      : result.verification === 'pieces'
+        ? `every byte verified: ${result.piecesVerified} pieces against the manifest`
+        : 'not verified: no plan manifest or manifest (headers validated, bytes trusted)';
+  return (
+    `loaded rank ${result.rank} (stage ${result.stage}, tp rank ${result.tpRank}): ${result.tensors} tensors into ${result.to} (${result.format}) in ${formatSeconds(result.seconds)}` +
+    (result.firstLayerSeconds === null
+      ? ''
+      : `, first layer after ${formatSeconds(result.firstLayerSeconds)}`) +
+    `\nfetched ${formatBytes(result.bytesFetched)} for slices ${formatBytes(result.sliceBytes)} + whole ${formatBytes(result.replicatedBytes)} = ${formatBytes(rankBytes)} (${ratio}; the model is ${formatBytes(result.modelBytes)})` +
+    `\npeak RSS ${formatBytes(result.peakRssBytes)}; buffers at most ${formatBytes(result.residentBytesPeak)} of the ${formatBytes(result.memoryBytes)} budget\n${verified}\n`
+  );
 }

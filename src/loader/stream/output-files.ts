@@ -2,7 +2,9 @@
  * Output files written out of order: tensors arrive in completion order and each lands at its own
  * offset with a positioned write. A file is written under `<name>.weightcast-partial`, counted byte
  * by byte, and renamed to its final name only when every byte of it has been written, so a file
- * under its final name is always complete. `abandon` closes everything and removes the partials.
+ * under its final name is always complete. With `renameOnFinish` no file is renamed before `finish`,
+ * so a failure part way leaves no file of the set under its final name. `abandon` closes everything
+ * and removes the partials.
  */
 
 import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
@@ -23,7 +25,10 @@ interface OutputFile {
 export class OutputFiles {
   private readonly files = new Map<string, OutputFile>();
 
-  constructor(private readonly dir: string) {}
+  constructor(
+    private readonly dir: string,
+    private readonly options: { renameOnFinish?: boolean } = {},
+  ) {}
 
   /** Declares a file of `size` bytes, to be written by positioned writes. */
   declare(path: string, size: number): void {
@@ -46,7 +51,7 @@ export class OutputFiles {
       done += bytesWritten;
     }
     file.written += bytes.length;
-    if (file.written === file.size) await this.complete(file);
+    if (file.written === file.size && this.options.renameOnFinish !== true) await this.complete(file);
   }
 
   /** Every declared file must be complete. */

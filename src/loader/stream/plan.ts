@@ -13,6 +13,8 @@
  * earlier one of the same file, which always exists first: no cycle, no deadlock under a budget.
  *
  * Without digests, groups are exactly the requested bytes, read in chunks of at most `readBytes`.
+ * With `exactReads` (and no digests) only the requested ranges are read, not the gaps between them
+ * inside a group: a strided slice then costs its own bytes, though its buffer still spans the gaps.
  */
 
 import { WeightcastError } from '../../errors.js';
@@ -61,6 +63,8 @@ export interface ReadPlan<T> {
   empty: Array<ReadRequest<T>>;
   /** Bytes the plan reads (whole pieces when verifying). */
   bytesToRead: number;
+  /** Arena bytes the groups' buffers need in all (less heads copied in); equals bytesToRead unless `exactReads`. */
+  bufferBytes: number;
   bytesRequested: number;
 }
 
@@ -71,6 +75,8 @@ export interface PlanOptions {
   readBytes: number;
   /** Requests further apart than this start a new group rather than read the gap. */
   gapBytesMax: number;
+  /** Without digests: read only the requested ranges, never the gaps between them. */
+  exactReads?: boolean;
 }
 
 interface RawGroup<T> {
@@ -101,13 +107,17 @@ export function planReads<T>(
     else (perFile[entry.index] as Array<ReadRequest<T>>).push(request);
   }
   let bytesToRead = 0;
+  let bufferBytes = 0;
   const planned = files.map((file, fileIndex) => {
     const raw = packGroups(perFile[fileIndex] as Array<ReadRequest<T>>, options);
     const groups = layOutGroups(file, fileIndex, raw, options);
-    for (const group of groups) bytesToRead += group.bufEnd - group.bufStart - group.headBytes;
+    for (const group of groups) {
+      bufferBytes += group.bufEnd - group.bufStart - group.headBytes;
+      bytesToRead += group.reads.reduce((sum, read) => sum + read.length, 0);
+    }
     return groups;
   });
-  return { files: planned, empty, bytesToRead, bytesRequested };
+  return { files: planned, empty, bytesToRead, bufferBytes, bytesRequested };
 }
 
 /** Validates a request's ranges against the file; returns its byte count. */
@@ -201,7 +211,10 @@ function layOutGroups<T>(
       groups.push(newGroup(file, fileIndex, rawGroup, bufStart, bufEnd, 0));
     }
   }
-  for (const group of groups) addReads(group, file, pieceSize, options.readBytes);
+  for (const group of groups) {
+    if (pieceSize === undefined && options.exactReads === true) addExactReads(group, options.readBytes);
+    else addReads(group, file, pieceSize, options.readBytes);
+  }
   return groups;
 }
 
@@ -264,5 +277,24 @@ function addReads<T>(
       reads++;
     }
     group.pieces.push({ index, start, end, digest, reads });
+  }
+}
+
+/** Reads of exactly the items' fragments (touching ones merged), each at most `readBytes`. */
+function addExactReads<T>(group: PlannedGroup<T>, readBytes: number): void {
+  const spans: Array<{ start: number; end: number }> = [];
+  for (const item of group.items) {
+    for (const fragment of item.fragments) {
+      const start = group.bufStart + fragment.offset;
+      const end = start + fragment.length;
+      const last = spans.at(-1);
+      if (last !== undefined && last.end === start) last.end = end;
+      else spans.push({ start, end });
+    }
+  }
+  for (const { start, end } of spans) {
+    for (let at = start; at < end; at += readBytes) {
+      group.reads.push({ start: at, length: Math.min(readBytes, end - at), piece: -1 });
+    }
   }
 }

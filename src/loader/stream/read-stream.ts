@@ -56,6 +56,11 @@ export interface ReadStreamOptions<T> {
   groupBytes?: number;
   /** Largest single ranged read. */
   readBytes?: number;
+  /**
+   * Without digests, read only the requested ranges and not the gaps between requests of a group
+   * (default false: one read covers the group, fewer and larger reads).
+   */
+  exactReads?: boolean;
   hashThreads?: number;
   pieceRetries?: number;
   signal?: AbortSignal;
@@ -152,12 +157,13 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
       groupBytes,
       readBytes,
       gapBytesMax: Math.max(pieceSize, readBytes),
+      ...(options.exactReads === true ? { exactReads: true } : {}),
     });
     this.files = this.plan.files.map((groups, index) => this.fileState(groups, index));
     const largest = this.largestGroup();
     this.filesActiveMax = this.chooseActiveFiles(options, largest, pieceSize);
     const carryReserve = this.verifying ? this.filesActiveMax * pieceSize : 0;
-    this.arena = new ArenaAllocator(Math.min(this.memoryBytes - carryReserve, this.plan.bytesToRead));
+    this.arena = new ArenaAllocator(Math.min(this.memoryBytes - carryReserve, this.plan.bufferBytes));
     this.itemsLeft = requests.length;
     this.stats = {
       bytesRead: 0,
