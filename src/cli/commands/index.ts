@@ -6,6 +6,7 @@ import { registerInspect } from './inspect.js';
 import { registerManifest } from './manifest.js';
 import { registerPull } from './pull.js';
 import { registerLoad } from './load.js';
+import { registerPreshard } from './preshard.js';
 import { registerVerify } from './verify.js';
 import { registerPlan } from './plan.js';
 import { registerSim } from './sim.js';
@@ -25,6 +26,7 @@ export const COMMANDS: RegisterCommand[] = [
   registerPlan,
   registerPull,
   registerLoad,
+  registerPreshard,
   registerScheduler,
   registerAgent,
   registerSim,

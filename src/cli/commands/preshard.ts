@@ -1,0 +1,210 @@
+/**
+ * `weightcast preshard SRC --tp T [--pp P] [--quantize fp8] [--layout hf|vllm] [--memory-mb M] --to DIR
+ * [--json]`: writes each rank's tensors as vLLM `sharded_state` files (`model-rank-{r}-part-{p}`), the
+ * config and tokenizer files, and a manifest saying where every output tensor came from. The work is
+ * src/loader/preshard; this module parses flags and prints.
+ */
+
+import type { Command } from 'commander';
+import { WeightcastError, type ErrorCode } from '../../errors.js';
+import { loadManifest } from '../../manifest/manifest.js';
+import {
+  PRESHARD_LAYOUTS,
+  type PreshardLayout,
+  type PreshardQuantisation,
+} from '../../loader/preshard/layout.js';
+import { preshard, type PreshardOptions, type PreshardResult } from '../../loader/preshard/preshard.js';
+import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../loader/stream/read-stream.js';
+import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
+import { EXIT_USAGE, reportError, type CliIo } from '../io.js';
+import { createProgress } from '../progress.js';
+import type { RegisterCommand } from './index.js';
+import { withTokenOption } from './shared.js';
+
+const MiB = 1024 * 1024;
+
+interface PreshardFlags {
+  tp: string;
+  pp: string;
+  to: string;
+  quantize?: string;
+  layout: string;
+  memoryMb: string;
+  partMb?: string;
+  concurrency: string;
+  outputManifest: boolean;
+  manifest?: string;
+  digest?: string;
+  token?: string;
+  json?: boolean;
+}
+
+/** The user's request or model cannot be honoured: exit 2, like a bad flag. */
+const INPUT_ERRORS: ErrorCode[] = [
+  'PLAN_INVALID_OPTIONS',
+  'PLAN_UNSUPPORTED_MODEL',
+  'PLAN_UNKNOWN_TENSOR',
+  'PLAN_SHAPE_MISMATCH',
+  'PLAN_INDIVISIBLE',
+  'PLAN_BLOCK_MISALIGNED',
+  'PRESHARD_UNSUPPORTED',
+  'PRESHARD_DESTINATION_CONFLICT',
+  'LOADER_TENSOR_TOO_LARGE',
+];
+
+export const registerPreshard: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
+  const command = withTokenOption(program.command('preshard'))
+    .description('Write per-rank sharded_state files (optionally FP8) with a manifest of every slice')
+    .argument('<src>', 'model directory, file:// or http(s):// URL')
+    .requiredOption('--tp <n>', 'tensor-parallel ranks per stage')
+    .option('--pp <n>', 'pipeline stages', '1')
+    .requiredOption('--to <dir>', 'output directory (new, empty, or an earlier pre-shard output)')
+    .option('--quantize <scheme>', 'fp8: F8_E4M3 linear weights with per-tensor or 128x128 block scales')
+    .option('--layout <layout>', "hf (the checkpoint's names) or vllm (fused qkv_proj, gate_up_proj)", 'hf')
+    .option(
+      '--memory-mb <mb>',
+      'memory budget for read buffers and outputs being built',
+      String(MEMORY_BYTES_DEFAULT / MiB),
+    )
+    .option(
+      '--concurrency <n>',
+      'ranged reads in flight (1: byte-for-byte reproducible part files)',
+      String(CONCURRENCY_DEFAULT),
+    )
+    .option(
+      '--manifest <file>',
+      "verify every byte read against the source's manifest (else the origin is trusted)",
+    )
+    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
+    .option('--no-output-manifest', 'skip the weightcast manifest of the output directory')
+    .option('--json', 'one JSON summary on stdout');
+  // Tests split parts at a few KiB; nobody else needs to see the knob.
+  command.addOption(
+    command.createOption('--part-mb <mb>', 'tensor MiB per part file (default 5 GiB)').hideHelp(),
+  );
+  command.action(async (src: string, flags: PreshardFlags) =>
+    setExitCode(await preshardCommand(src, flags, io)),
+  );
+};
+
+export async function preshardCommand(src: string, flags: PreshardFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'presharding', json);
+  try {
+    const options = parseFlags(flags, io.signal);
+    const manifest =
+      flags.manifest === undefined
+        ? undefined
+        : await loadManifest(flags.manifest, {
+            signal: io.signal,
+            ...(flags.digest === undefined ? {} : { expectDigest: flags.digest }),
+          });
+    if (!json && manifest === undefined) {
+      progress.log(
+        'weightcast: no --manifest given: bytes are checked for shape only, the origin is trusted',
+      );
+    }
+    const result = await preshard(src, flags.to, {
+      ...options,
+      ...(manifest === undefined ? {} : { manifest }),
+      onProgress: (done, total) => progress.update(done, total),
+    });
+    progress.finish();
+    // maxRSS is in kilobytes: the peak resident memory of this process so far.
+    const peakRssBytes = process.resourceUsage().maxRSS * 1024;
+    if (json) io.stdout(JSON.stringify({ event: 'done', ...summaryOf(result), peakRssBytes }) + '\n');
+    else io.stdout(describe(result, peakRssBytes));
+    return 0;
+  } catch (error) {
+    progress.finish();
+    const code = reportError(io, error, json);
+    const input = error instanceof WeightcastError && INPUT_ERRORS.includes(error.code);
+    return input ? EXIT_USAGE : code;
+  }
+}
+
+function parseFlags(flags: PreshardFlags, signal: AbortSignal): PreshardOptions {
+  const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
+  return {
+    tp: parsePositiveInt(flags.tp, '--tp'),
+    pp: parsePositiveInt(flags.pp, '--pp'),
+    layout: parseLayout(flags.layout),
+    quantize: parseQuantize(flags.quantize),
+    memoryBytes: parsePositiveInt(flags.memoryMb, '--memory-mb') * MiB,
+    ...(flags.partMb === undefined ? {} : { partBytesMax: parsePartBytes(flags.partMb) }),
+    concurrency: parsePositiveInt(flags.concurrency, '--concurrency'),
+    outputManifest: flags.outputManifest,
+    ...(token !== undefined && token !== '' ? { origin: { token } } : {}),
+    signal,
+  };
+}
+
+function parseLayout(text: string): PreshardLayout {
+  const layout = PRESHARD_LAYOUTS.find((candidate) => candidate === text);
+  if (layout === undefined)
+    throw new WeightcastError('USAGE', `--layout must be hf or vllm, got ${JSON.stringify(text)}`);
+  return layout;
+}
+
+function parseQuantize(text: string | undefined): PreshardQuantisation {
+  if (text === undefined) return 'none';
+  if (text === 'fp8') return 'fp8';
+  throw new WeightcastError('USAGE', `--quantize must be fp8, got ${JSON.stringify(text)}`);
+}
+
+/** MiB, fractions allowed so tests can split parts at a few KiB. */
+function parsePartBytes(text: string): number {
+  const value = Number(text);
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new WeightcastError('USAGE', `--part-mb must be a positive number, got ${JSON.stringify(text)}`);
+  }
+  return Math.max(1, Math.round(value * MiB));
+}
+
+function summaryOf(result: PreshardResult): Record<string, unknown> {
+  return {
+    to: result.to,
+    architecture: result.architecture,
+    tp: result.tp,
+    pp: result.pp,
+    layout: result.layout,
+    quantize: result.quantize,
+    ranks: result.ranks,
+    copied: result.copied,
+    sourceBytes: result.sourceBytes,
+    bytesRead: result.bytesRead,
+    bytesWritten: result.bytesWritten,
+    memoryBytes: result.memory.memoryBytes,
+    residentBytesPeak: result.residentBytesPeak,
+    stagedUnits: result.stagedUnits,
+    verified: result.verified,
+    piecesVerified: result.piecesVerified,
+    manifest: result.manifestFile,
+    outputManifestDigest: result.outputManifestDigest,
+    seconds: result.seconds,
+  };
+}
+
+function describe(result: PreshardResult, peakRssBytes: number): string {
+  const files = result.ranks.reduce((total, rank) => total + rank.files.length, 0);
+  const tensors = result.ranks.reduce((total, rank) => total + rank.tensors, 0);
+  const lines = [
+    `pre-sharded ${result.architecture} for tp ${result.tp} x pp ${result.pp} (${result.layout} layout` +
+      `${result.quantize === 'fp8' ? ', FP8' : ''}) into ${result.to}: ${tensors} tensors, ` +
+      `${formatBytes(result.bytesWritten)} in ${files} files, in ${formatSeconds(result.seconds)}`,
+    `read ${formatBytes(result.bytesRead)} for ${formatBytes(result.sourceBytes)} of source tensors, each once`,
+    `peak RSS ${formatBytes(peakRssBytes)}; buffers at most ${formatBytes(result.residentBytesPeak)} of the ` +
+      `${formatBytes(result.memory.memoryBytes)} budget`,
+    result.verified
+      ? `every byte verified: ${result.piecesVerified} pieces against the source manifest`
+      : 'not verified: no source manifest (headers validated, bytes trusted)',
+    `manifest ${result.manifestFile}` +
+      (result.outputManifestDigest === null ? '' : `; output directory ${result.outputManifestDigest}`),
+  ];
+  for (const rank of result.ranks) {
+    lines.push(
+      `  rank ${rank.rank}: ${rank.tensors} tensors, ${formatBytes(rank.bytes)}, ${rank.files.join(', ')}`,
+    );
+  }
+  return lines.join('\n') + '\n';
+}
