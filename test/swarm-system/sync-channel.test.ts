@@ -105,4 +105,67 @@ describe('sync channel against a real scheduler', () => {
       await scheduler.close();
     }
   });
+
+  it('closes a channel whose host registered again (ids are reused), so it cannot take the new replies', async () => {
+    const scheduler = await startScheduler({ originReaders: 1 });
+    const manifest = manifestOf(4);
+    const hex = manifestDigest(manifest).slice('sha256:'.length);
+    const base = `${scheduler.url}/v1/swarms/${hex}`;
+    const signal = AbortSignal.timeout(20_000);
+    const register = async (): Promise<number> =>
+      (
+        (await callJson(`${base}/hosts`, 'the scheduler', {
+          method: 'POST',
+          timeoutMs: 5000,
+          body: {
+            name: 'same-name',
+            url: 'http://127.0.0.1:9/',
+            uploadBytesPerSecond: 1e8,
+            downloadBytesPerSecond: 1e8,
+            have: encodeBitfield(4, () => false),
+            manifest: encodeManifest(manifest).toString('utf8'),
+          },
+        })) as { host: number }
+      ).host;
+    try {
+      const first = await register();
+      const old = await openChannel(`${base}/hosts/${first}/channel`, signal);
+      const oldReader = new FrameReader();
+      const oldFrames: unknown[] = oldReader.push(old.head);
+      old.socket.on('data', (chunk: Buffer) => oldFrames.push(...oldReader.push(chunk)));
+      const oldClosed = new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('the stale channel stayed open')), 5000);
+        old.socket.once('close', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      // The agent "restarts" and registers again under its name: same id, new registration.
+      const second = await register();
+      assert.equal(second, first, 'the id is reused (the case this guards)');
+      await oldClosed;
+      assert.equal(frameError(oldFrames.at(-1), 'the scheduler')?.code, 'SWARM_UNKNOWN_HOST');
+      const fresh = await openChannel(`${base}/hosts/${second}/channel`, signal);
+      const reader = new FrameReader();
+      const frames: unknown[] = reader.push(fresh.head);
+      for (let i = 0; i < 50 && frames.length === 0; i++) {
+        await new Promise<void>((resolve) => {
+          fresh.socket.once('data', (chunk: Buffer) => {
+            frames.push(...reader.push(chunk));
+            resolve();
+          });
+          setTimeout(resolve, 100);
+        });
+      }
+      const reply = frames[0] as { assignments: unknown[] } | undefined;
+      assert.equal(
+        reply?.assignments.length,
+        1,
+        'the new registration gets its assignment on its own channel',
+      );
+      fresh.socket.destroy();
+    } finally {
+      await scheduler.close();
+    }
+  });
 });

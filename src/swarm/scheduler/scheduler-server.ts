@@ -194,17 +194,25 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${CHANNEL_PROTOCOL}\r\n\r\n`,
     );
     channels.add(socket);
+    const registration = swarm.registrationOf(host);
     const fail = (error: unknown): void => {
       if (!socket.destroyed) socket.end(errorFrame(error));
+    };
+    const stale = (): boolean => {
+      if (swarm.registrationOf(host) === registration) return false;
+      fail(
+        new WeightcastError('SWARM_UNKNOWN_HOST', `host ${host} registered again or left; register again`),
+      );
+      return true;
     };
     // Answers whatever is waiting for the host, then waits for more (parked again on the next
     // microtask: a wake may come from inside `park` itself).
     const wake = (): void => {
-      if (socket.destroyed) return;
+      if (socket.destroyed || stale()) return;
       try {
         if (swarm.hasReply(host)) socket.write(encodeFrame(swarm.takeReply(host)));
         queueMicrotask(() => {
-          if (socket.destroyed) return;
+          if (socket.destroyed || stale()) return;
           try {
             swarm.park(host, wake);
           } catch (error) {
@@ -219,6 +227,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     const onData = (chunk: Buffer): void => {
       try {
         for (const frame of reader.push(chunk)) {
+          if (stale()) return;
           swarm.sync(now(), host, parseMessage(syncSchema, frame, 'sync'));
           if (swarm.hasReply(host)) socket.write(encodeFrame(swarm.takeReply(host)));
         }

@@ -96,6 +96,15 @@ export class SwarmService {
     return this.hosts.has(host);
   }
 
+  /**
+   * An opaque token for the host's current registration. Host ids are reused after a host leaves,
+   * so a connection opened for one registration checks its token before acting for the id: a
+   * stale channel of a killed agent must never take the replies meant for its successor.
+   */
+  registrationOf(host: number): object | undefined {
+    return this.hosts.get(host);
+  }
+
   register(nowMs: number, message: Register): Registered {
     const held = decodeBitfield(message.have, this.map.pieceCount);
     // An agent that restarted registers under the same name: its old self is gone.
