@@ -124,14 +124,8 @@ export function encodeE4m3(value: number): number {
   return encodeE4m3Bits(bitsFromF32(value));
 }
 
-export function decodeE4m3(code: number): number {
-  const sign = code & 0x80 ? -1 : 1;
-  const exponent = (code >>> 3) & 0x0f;
-  const mantissa = code & 0x07;
-  if (exponent === 0x0f && mantissa === 0x07) return NaN;
-  if (exponent === 0) return sign * mantissa * 2 ** -9;
-  return sign * (1 + mantissa / 8) * 2 ** (exponent - 7);
-}
+/** Decoding has one implementation (the synthesiser's); the encoder here is written separately. */
+export { decodeE4m3 } from '../../synth/float-bits.js';
 
 function roundHalfEven(value: number): number {
   const floor = Math.floor(value);
