@@ -33,7 +33,7 @@ interface PullFlags {
   to: string;
   manifest?: string;
   digest?: string;
-  concurrency: string;
+  concurrency?: string;
   memoryMb: string;
   pieceSize?: string;
   token?: string;
@@ -47,6 +47,10 @@ interface PullFlags {
   seeds?: string;
 }
 
+/** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
+const SEED_READS_PER_NODE = 4;
+const SEED_READS_MAX = 64;
+
 export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
   withTokenOption(program.command('pull'))
     .description('Download a model with every piece verified; resumes where it stopped')
@@ -54,7 +58,10 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
     .requiredOption('--to <dir>', 'destination directory')
     .option('--manifest <file>', 'verify against this manifest (without it the origin is trusted)')
     .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option('--concurrency <n>', 'pieces fetched at once', String(CONCURRENCY_DEFAULT))
+    .option(
+      '--concurrency <n>',
+      `pieces fetched at once (default ${CONCURRENCY_DEFAULT}; with --seeds ${SEED_READS_PER_NODE} per seed node)`,
+    )
     .option(
       '--memory-mb <mb>',
       'memory budget for pieces in flight',
@@ -85,7 +92,6 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
   const json = flags.json === true;
   const progress = createProgress(io, 'pulling', json);
   try {
-    const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
     const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * 1024 * 1024;
     const pieceSize =
       flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
@@ -99,6 +105,13 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
     const seeded =
       flags.seeds === undefined ? undefined : await openSeedSource(src, flags.seeds, manifest, io.signal);
     manifest = seeded?.manifest ?? manifest;
+    // From the seed tier every node's link is a path of its own: keep a few reads on each.
+    const concurrency =
+      flags.concurrency !== undefined
+        ? parsePositiveInt(flags.concurrency, '--concurrency')
+        : seeded !== undefined
+          ? Math.min(SEED_READS_MAX, SEED_READS_PER_NODE * seeded.origin.primaryNodes)
+          : CONCURRENCY_DEFAULT;
     const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
     const origin =
       seeded?.origin ??

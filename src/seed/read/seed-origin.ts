@@ -56,6 +56,11 @@ export class SeedOrigin implements Origin {
     this.files = options.manifest.files.map((file) => ({ path: file.path, size: file.size }));
   }
 
+  /** Distinct nodes holding primaries in the map: how many links a pull can read at once. */
+  get primaryNodes(): number {
+    return new Set(this.snapshot.pieces.map((piece) => piece.holders[0])).size;
+  }
+
   /** Reads the model's map from the catalog and checks it fits the manifest. */
   static async open(hex: string, options: SeedOriginOptions): Promise<SeedOrigin> {
     const catalog = new CatalogClient(options.schedulerUrl);
