@@ -12,7 +12,7 @@
  * caps are the processes' own: the agents' --upload-mbps/--download-mbps and the origin server's
  * --rate-mbps when it has one.
  *
- * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (4),
+ * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
  * --origin-readers K (the simulator's choice), --legs naive,swarm, --work DIR (the temp dir),
  * --loopback, --keep, --json.
  */
@@ -113,7 +113,7 @@ function parseOptions(argv: readonly string[]): Options {
       'size-mb': { type: 'string', default: '256' },
       mbps: { type: 'string', default: '200' },
       'origin-mbps': { type: 'string' },
-      'piece-mb': { type: 'string', default: '4' },
+      'piece-mb': { type: 'string', default: '1' },
       'origin-readers': { type: 'string' },
       legs: { type: 'string', default: LEGS.join(',') },
       work: { type: 'string', default: tmpdir() },

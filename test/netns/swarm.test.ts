@@ -34,6 +34,8 @@ test('netns: a 3-host swarm behind tc caps delivers verified copies, origin send
       '1',
       '--legs',
       'swarm',
+      '--warm-up-mb',
+      '2',
       '--json',
     ],
     { timeout: 150_000, maxBuffer: 16 * 1024 * 1024 },
