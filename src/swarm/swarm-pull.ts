@@ -13,7 +13,10 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, abortError } from '../errors.js';
 import { encodeManifest, manifestDigest, type Manifest } from '../manifest/manifest.js';
+import { access, constants } from 'node:fs/promises';
 import { HttpOrigin } from '../origin/http.js';
+import { LocalOrigin } from '../origin/local.js';
+import type { Origin } from '../origin/origin.js';
 import { pull, STATE_DIR_NAME, type PullEvent, type PullResult } from '../pull/pull.js';
 import { Agent, type AgentEvent, type ModelStatus } from './agent/agent.js';
 import { callJson } from './wire/http-json.js';
@@ -137,6 +140,7 @@ const statusSchema = z.object({
   corruptPieces: z.number(),
   duplicateBytes: z.number(),
   registered: z.boolean(),
+  filesDir: z.string().max(4096).optional(),
 });
 
 export async function agentPull(
@@ -156,7 +160,8 @@ export async function agentPull(
     const parsed = statusSchema.safeParse(raw);
     if (!parsed.success)
       throw new WeightcastError('SWARM_PROTOCOL', `the agent at ${base} sent a malformed status`);
-    return parsed.data;
+    const { filesDir, ...status } = parsed.data;
+    return filesDir === undefined ? status : { ...status, filesDir };
   };
   await call('/v1/local/models', 'POST', {
     source,
@@ -172,9 +177,15 @@ export async function agentPull(
     status = await call(`/v1/local/models/${hex}?waitCompleteMs=${PROGRESS_PERIOD_MS}`, 'GET');
   }
   options.onAgentComplete?.(status);
-  const origin = new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
-    files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
-  });
+  // The agent's verified files are on this machine: read them from disk when this process can
+  // (the copy is verified against the manifest either way); through the local API otherwise.
+  const local = status.filesDir !== undefined && (await readable(status.filesDir));
+  const origin: Origin =
+    local && status.filesDir !== undefined
+      ? new LocalOrigin(status.filesDir)
+      : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
+          files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
+        });
   try {
     const copy = await pull(origin, dest, {
       manifest: options.manifest,
@@ -184,5 +195,14 @@ export async function agentPull(
     return { status, copy };
   } finally {
     await origin.close();
+  }
+}
+
+async function readable(dir: string): Promise<boolean> {
+  try {
+    await access(dir, constants.R_OK);
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -81,6 +81,11 @@ export interface ModelStatus {
   corruptPieces: number;
   duplicateBytes: number;
   registered: boolean;
+  /**
+   * Once complete: the directory holding the verified files on this machine, so a pull on the same
+   * host can read them from disk instead of through the local API.
+   */
+  filesDir?: string;
 }
 
 interface Joined {
@@ -214,6 +219,7 @@ export class Agent {
       corruptPieces: entry.member.stats.corruptPieces,
       duplicateBytes: entry.member.stats.duplicateBytes,
       registered: entry.member.registeredHost !== undefined,
+      ...(entry.store.complete ? { filesDir: entry.store.filesDirectory } : {}),
     };
   }
 

@@ -184,6 +184,11 @@ export class PieceStore {
     });
   }
 
+  /** The directory the model's files are in once complete. */
+  get filesDirectory(): string {
+    return this.options.finalDir ?? this.options.dataDir;
+  }
+
   /** Where file `fileIndex` lives now (its final name once complete, with `finalDir`). */
   pathOf(fileIndex: number): string {
     const file = this.map.manifest.files[fileIndex];
