@@ -9,18 +9,22 @@ import type { ModelSource } from './model-source.js';
 import { OutputFiles } from './output-files.js';
 import type { LoadTag, RequestChoice } from './requests.js';
 import type { Delivered } from './types.js';
+import { WritePipeline } from './write-pipeline.js';
 
 export const HF_REQUESTS: RequestChoice = { headers: true, otherFiles: true };
 
 export class HfOutput {
   private readonly files: OutputFiles;
+  private readonly writes = new WritePipeline();
 
   constructor(dir: string, model: ModelSource) {
     this.files = new OutputFiles(dir);
     for (const file of model.files) this.files.declare(file.path, file.size);
   }
 
-  async write({ request, bytes }: Delivered<LoadTag>): Promise<void> {
+  /** Starts writing a delivered request (or part of one) at its offset; `finish` waits for it. */
+  async write(delivered: Delivered<LoadTag>): Promise<void> {
+    const { request } = delivered;
     const [range, ...more] = request.ranges;
     if (range === undefined || more.length > 0) {
       throw new WeightcastError(
@@ -28,14 +32,17 @@ export class HfOutput {
         `${request.file}: hf output takes one range per request`,
       );
     }
-    await this.files.write(request.file, range.start, bytes);
+    const position = range.start + (delivered.part?.offset ?? 0);
+    await this.writes.add(delivered, (bytes) => this.files.write(request.file, position, bytes));
   }
 
-  finish(): Promise<void> {
-    return this.files.finish();
+  async finish(): Promise<void> {
+    await this.writes.drain();
+    await this.files.finish();
   }
 
-  abandon(): Promise<void> {
-    return this.files.abandon();
+  async abandon(): Promise<void> {
+    await this.writes.settle();
+    await this.files.abandon();
   }
 }

@@ -5,6 +5,9 @@
  *   for await (const tensor of loadTensors('/models/llama', { memoryBytes: 512 << 20 })) {
  *     use(tensor.name, tensor.dtype, tensor.shape, tensor.bytes); // bytes valid until the next turn
  *   }
+ *
+ * With `partBytes` a tensor larger than that comes in parts (`tensor.part` gives the offset within
+ * the tensor and marks the last part), so the budget no longer has to hold the largest tensor.
  */
 
 import type { Manifest } from '../../manifest/manifest.js';
@@ -51,10 +54,18 @@ export async function* loadTensors(
   let stream: ReadStream<LoadTag> | undefined;
   try {
     stream = openLoadStream(model, {}, streamOptions);
-    for await (const { request, bytes } of stream) {
+    for await (const { request, bytes, part } of stream) {
       if (request.tag.kind !== 'tensor') continue;
       const { tensor } = request.tag;
-      yield { name: tensor.name, dtype: tensor.dtype, shape: tensor.shape, file: tensor.file, bytes };
+      const loaded: LoadedTensor = {
+        name: tensor.name,
+        dtype: tensor.dtype,
+        shape: tensor.shape,
+        file: tensor.file,
+        bytes,
+      };
+      if (part !== undefined) loaded.part = part;
+      yield loaded;
     }
   } finally {
     if (stream !== undefined) {

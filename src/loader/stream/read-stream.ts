@@ -15,10 +15,14 @@
  *      PIECE_HASH_MISMATCH. Without digests nothing is hashed.
  *   4. Deliver. A group whose pieces are verified (and whose head bytes, if any, were copied from the
  *      previous group) queues its requests; `next()` hands them out as views of the arena.
- *   5. Release. When the consumer asks for the item after a group's last one, the group's space goes
- *      back to the arena. If the next group of that file still needs its head bytes, they are first
+ *   5. Release. When the consumer asks for the item after a group's last one (and has let go of every
+ *      `hold` it took on the group's items), the group's space goes back to the arena. If the next group of that file still needs its head bytes, they are first
  *      copied into a small carry buffer (less than one piece; room for one per active file is kept
  *      out of the arena), so a released group never pins arena space.
+ *
+ * With `partBytes`, requests larger than that are cut into parts before planning (each delivered
+ * with its offset in the request), so no group, and no arena, needs the size of the largest tensor.
+ * The arena is at most the window (`windowBytes`), so its pages are faulted in once and reused.
  *
  * Back-pressure falls out of this: unconsumed groups hold arena space, allocation stops, reads stop.
  * Memory never exceeds `memoryBytes`: the arena plus the carry reserve is the budget.
@@ -34,7 +38,7 @@ import type { Origin } from '../../origin/origin.js';
 import { ArenaAllocator } from './arena.js';
 import { ArenaHashPool } from './hash-pool.js';
 import { planReads, type PlannedGroup, type PlannedItem, type PlannedRead, type ReadPlan } from './plan.js';
-import type { Delivered, ModelFile, ReadRequest, StreamStats } from './types.js';
+import type { ByteRange, Delivered, ModelFile, ReadRequest, StreamStats } from './types.js';
 
 const MiB = 1024 * 1024;
 export const MEMORY_BYTES_DEFAULT = 512 * MiB;
@@ -42,6 +46,7 @@ export const CONCURRENCY_DEFAULT = 4;
 export const FILES_ACTIVE_MAX_DEFAULT = 4;
 export const READ_BYTES_DEFAULT = 8 * MiB;
 export const PIECE_RETRIES_DEFAULT = 2;
+export const WINDOW_BYTES_DEFAULT = 64 * MiB;
 
 export interface ReadStreamOptions<T> {
   /** The whole budget: arena plus carry reserve. */
@@ -61,8 +66,20 @@ export interface ReadStreamOptions<T> {
    * (default false: one read covers the group, fewer and larger reads).
    */
   exactReads?: boolean;
+  /** Hash worker threads (default: one per core, so verification uses every core while reads run). */
   hashThreads?: number;
   pieceRetries?: number;
+  /**
+   * Deliver requests larger than this in parts of at most this many bytes (see `Delivered.part`), so no
+   * buffer needs a large tensor's size. Only for consumers that accept parts; default: whole requests.
+   */
+  partBytes?: number;
+  /**
+   * The arena's size when the budget is larger: at least twice the largest group, so one group can be
+   * read while the consumer holds another. Fresh pages cost a fault each while reused ones are free,
+   * so a window that is reused often loads faster than one the size of a large budget.
+   */
+  windowBytes?: number;
   signal?: AbortSignal;
   /** Names a request in error messages (a tensor name, say). */
   describe?: (tag: T) => string;
@@ -97,6 +114,8 @@ interface GroupState<T> {
   complete: boolean;
   itemsUndelivered: number;
   released: boolean;
+  /** Consumer holds (`Delivered.hold`) not yet let go; the group is released only at zero. */
+  holds: number;
   /** This group's tail, kept for the next group's head after this group was released. */
   carry: Buffer | undefined;
 }
@@ -105,6 +124,13 @@ interface ReadyItem<T> {
   group: GroupState<T> | undefined;
   item: PlannedItem<T> | undefined;
   request: ReadRequest<T>;
+}
+
+/** A part of a request that was split (`partBytes`): the caller's request and where the part lies. */
+interface PartOf<T> {
+  request: ReadRequest<T>;
+  offset: number;
+  last: boolean;
 }
 
 export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
@@ -126,6 +152,8 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
   private readonly onCallerAbort = (): void => this.fail(abortError(this.callerSignal, 'the load'));
   private readonly inflight = new Set<Promise<void>>();
   private readonly ready: Array<ReadyItem<T>> = [];
+  /** The parts the stream reads in place of split requests, keyed by the part's own request. */
+  private readonly parts = new Map<ReadRequest<T>, PartOf<T>>();
   private readsInFlight = 0;
   private itemsLeft: number;
   private carryBytes = 0;
@@ -152,7 +180,9 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     const roughArena = this.memoryBytes - (this.verifying ? pieceSize : 0);
     const groupBytes = options.groupBytes ?? clamp(Math.floor(roughArena / 16), 64 * 1024, 16 * MiB);
     const readBytes = positive(options.readBytes ?? READ_BYTES_DEFAULT, 'readBytes');
-    this.plan = planReads(files, requests, {
+    const partBytes = options.partBytes === undefined ? undefined : positive(options.partBytes, 'partBytes');
+    const planned = partBytes === undefined ? requests : this.splitRequests(requests, partBytes);
+    this.plan = planReads(files, planned, {
       ...(options.pieceSize === undefined ? {} : { pieceSize: options.pieceSize }),
       groupBytes,
       readBytes,
@@ -163,8 +193,13 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     const largest = this.largestGroup();
     this.filesActiveMax = this.chooseActiveFiles(options, largest, pieceSize);
     const carryReserve = this.verifying ? this.filesActiveMax * pieceSize : 0;
-    this.arena = new ArenaAllocator(Math.min(this.memoryBytes - carryReserve, this.plan.bufferBytes));
-    this.itemsLeft = requests.length;
+    const largestBytes = largest === undefined ? 0 : largest.bufEnd - largest.bufStart;
+    const window = Math.max(
+      positive(options.windowBytes ?? WINDOW_BYTES_DEFAULT, 'windowBytes'),
+      2 * largestBytes,
+    );
+    this.arena = new ArenaAllocator(Math.min(this.memoryBytes - carryReserve, this.plan.bufferBytes, window));
+    this.itemsLeft = planned.length;
     this.stats = {
       bytesRead: 0,
       bytesDelivered: 0,
@@ -194,9 +229,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
       if (entry !== undefined) {
         this.last = entry;
         this.itemsLeft--;
-        const bytes = this.bytesOf(entry);
-        this.stats.bytesDelivered += bytes.length;
-        return { value: { request: entry.request, bytes }, done: false };
+        return { value: this.deliver(entry), done: false };
       }
       if (this.itemsLeft === 0) {
         await this.shutdown();
@@ -256,6 +289,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
       complete: false,
       itemsUndelivered: plan.items.length,
       released: false,
+      holds: 0,
       carry: undefined,
     }));
     return file;
@@ -486,13 +520,40 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     return out;
   }
 
+  private deliver(entry: ReadyItem<T>): Delivered<T> {
+    const bytes = this.bytesOf(entry);
+    this.stats.bytesDelivered += bytes.length;
+    const part = this.parts.get(entry.request);
+    const delivered: Delivered<T> = { request: part?.request ?? entry.request, bytes };
+    if (part !== undefined) delivered.part = { offset: part.offset, last: part.last };
+    const { group } = entry;
+    if (group !== undefined) delivered.hold = () => this.hold(group);
+    return delivered;
+  }
+
+  private hold(group: GroupState<T>): () => void {
+    assert(!group.released, 'a delivered group is held before the next turn');
+    group.holds++;
+    let letGo = false;
+    return () => {
+      if (letGo) return;
+      letGo = true;
+      group.holds--;
+      this.releaseIfDone(group);
+    };
+  }
+
   private releaseLast(): void {
     const entry = this.last;
     this.last = undefined;
     const group = entry?.group;
     if (group === undefined) return;
     group.itemsUndelivered--;
-    if (group.itemsUndelivered > 0) return;
+    this.releaseIfDone(group);
+  }
+
+  private releaseIfDone(group: GroupState<T>): void {
+    if (group.itemsUndelivered > 0 || group.holds > 0 || group.released) return;
     const next = group.file.groups[group.indexInFile + 1];
     if (next !== undefined && !next.headCopied) {
       assert(next.offset === undefined, 'an allocated head is copied when its source completes');
@@ -504,6 +565,44 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     group.released = true;
     this.noteResident();
     this.pump();
+  }
+
+  /** Cuts every request larger than `partBytes` into parts, remembering which request each came from. */
+  private splitRequests(requests: readonly ReadRequest<T>[], partBytes: number): Array<ReadRequest<T>> {
+    const out: Array<ReadRequest<T>> = [];
+    for (const request of requests) {
+      const total = request.ranges.reduce((sum, range) => sum + (range.end - range.start), 0);
+      if (total <= partBytes) {
+        out.push(request);
+        continue;
+      }
+      let offset = 0;
+      let ranges: ByteRange[] = [];
+      let bytes = 0;
+      const emit = (): void => {
+        const part: ReadRequest<T> = { file: request.file, ranges, tag: request.tag };
+        this.parts.set(part, { request, offset, last: offset + bytes === total });
+        out.push(part);
+        offset += bytes;
+        ranges = [];
+        bytes = 0;
+      };
+      for (const range of request.ranges) {
+        let start = range.start;
+        while (start < range.end) {
+          // Parts also end at file offsets that are multiples of partBytes: with a partBytes that is a
+          // multiple of the piece size, a part's group then holds whole pieces and needs no head copy.
+          const aligned = (Math.floor(start / partBytes) + 1) * partBytes;
+          const end = Math.min(range.end, start + (partBytes - bytes), aligned);
+          ranges.push({ start, end });
+          bytes += end - start;
+          start = end;
+          if (bytes === partBytes || end === aligned) emit();
+        }
+      }
+      if (bytes > 0) emit();
+    }
+    return out;
   }
 
   private arenaView(group: GroupState<T>, offset: number, length: number): Uint8Array {

@@ -7,7 +7,8 @@
  * The files are laid out afresh rather than copied: the header is padded to 8 bytes and tensors are
  * ordered widest element first (safetensors-writer.ts), so every tensor starts at a multiple of its
  * element size and a reader can map it without copying. The layout is planned before any tensor
- * arrives; each tensor is then written at its planned offset as soon as it is delivered. The source
+ * arrives; each tensor (or part of one, with `partBytes`) is then written at its planned offset as
+ * soon as it is delivered. The source
  * header's `__metadata__` is kept when it was read (no manifest); otherwise it is `{format: pt}`.
  */
 
@@ -17,12 +18,14 @@ import type { ModelSource } from './model-source.js';
 import { OutputFiles } from './output-files.js';
 import type { LoadTag, RequestChoice } from './requests.js';
 import type { Delivered } from './types.js';
+import { WritePipeline } from './write-pipeline.js';
 
 export const SHM_REQUESTS: RequestChoice = { headers: false, otherFiles: true };
 export const SHM_ROOT_DEFAULT = '/dev/shm/weightcast';
 
 export class ShmOutput {
   private readonly files: OutputFiles;
+  private readonly writes = new WritePipeline();
   private readonly layouts = new Map<string, { layout: SafetensorsLayout; begins: Map<string, number> }>();
 
   private constructor(dir: string) {
@@ -49,10 +52,17 @@ export class ShmOutput {
     return output;
   }
 
-  async write({ request, bytes }: Delivered<LoadTag>): Promise<void> {
+  /**
+   * Starts writing a delivered request (or part of one) at its planned place; a few writes run at
+   * once while the stream reads on (write-pipeline.ts). `finish` waits for all of them.
+   */
+  async write(delivered: Delivered<LoadTag>): Promise<void> {
+    const { request } = delivered;
     const { tag } = request;
+    const partOffset = delivered.part?.offset ?? 0;
     if (tag.kind === 'chunk') {
-      await this.files.write(request.file, tag.start, bytes);
+      const position = tag.start + partOffset;
+      await this.writes.add(delivered, (bytes) => this.files.write(request.file, position, bytes));
       return;
     }
     if (tag.kind !== 'tensor') return;
@@ -67,14 +77,17 @@ export class ShmOutput {
         },
       );
     }
-    await this.files.write(request.file, position, bytes);
+    const at = position + partOffset;
+    await this.writes.add(delivered, (bytes) => this.files.write(request.file, at, bytes));
   }
 
-  finish(): Promise<void> {
-    return this.files.finish();
+  async finish(): Promise<void> {
+    await this.writes.drain();
+    await this.files.finish();
   }
 
-  abandon(): Promise<void> {
-    return this.files.abandon();
+  async abandon(): Promise<void> {
+    await this.writes.settle();
+    await this.files.abandon();
   }
 }

@@ -28,6 +28,24 @@ export interface ReadRequest<T> {
 export interface Delivered<T> {
   request: ReadRequest<T>;
   bytes: Buffer;
+  /**
+   * Present only when the stream was asked for parts (`partBytes`) and this request was larger: `bytes`
+   * are the request's bytes from `offset` on, and `last` marks the request's final part. Parts of one
+   * request may arrive in any order, interleaved with other requests.
+   */
+  part?: DeliveredPart;
+  /**
+   * Keeps `bytes` valid past the next turn of the loop until the returned function is called (once).
+   * For consumers that hand the bytes to asynchronous work, such as a positioned write; the space
+   * stays taken out of the budget meanwhile, so holding too many stops reading.
+   */
+  hold?: () => () => void;
+}
+
+export interface DeliveredPart {
+  /** Where `bytes` begin within the request's concatenated bytes. */
+  offset: number;
+  last: boolean;
 }
 
 /** A file of the model as the loader sees it. */
@@ -56,6 +74,8 @@ export interface LoadedTensor {
   shape: number[];
   file: string;
   bytes: Buffer;
+  /** Set when the load was asked for parts (`partBytes`) and this tensor was larger. */
+  part?: DeliveredPart;
 }
 
 /** Counters a stream keeps; read them at any time, e.g. after the loop ends. */
