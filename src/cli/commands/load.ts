@@ -28,6 +28,8 @@ import type { RegisterCommand } from './index.js';
 import { openSource, withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
+/** Largest piece of a tensor the whole-model load handles at once. */
+const PART_BYTES = 16 * MiB;
 
 export interface LoadFlags {
   to?: string;
@@ -138,9 +140,16 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
         );
       }
       // The stream first: a budget too small for the largest tensor fails before any file is created.
+      // Tensors arrive in parts (whole pieces each, when verified): no buffer needs the largest
+      // tensor's size, and a small window is reused while its pages are hot.
+      const partBytes =
+        model.pieceSize === undefined
+          ? PART_BYTES
+          : Math.ceil(PART_BYTES / model.pieceSize) * model.pieceSize;
       const stream = openLoadStream(model, format === 'hf' ? HF_REQUESTS : SHM_REQUESTS, {
         memoryBytes,
         concurrency,
+        partBytes,
         signal: io.signal,
       });
       const output = format === 'hf' ? new HfOutput(to, model) : await ShmOutput.create(to, model);
@@ -149,7 +158,8 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
       try {
         for await (const delivered of stream) {
           await output.write(delivered);
-          if (delivered.request.tag.kind === 'tensor') tensors++;
+          const lastPart = delivered.part === undefined || delivered.part.last;
+          if (delivered.request.tag.kind === 'tensor' && lastPart) tensors++;
           progress.update(stream.stats.bytesDelivered, total);
         }
         await output.finish();
