@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { z } from 'zod';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../errors.js';
-import { statusOf } from '../swarm/wire/http-json.js';
+import { readJsonBody, statusOf } from '../swarm/wire/http-json.js';
 
 /** JSON bodies (catalog snapshots of large models included). */
 export const SEED_JSON_BYTES_MAX = 256 * 1024 * 1024;
@@ -138,28 +138,10 @@ export function sendSeedError(res: ServerResponse, error: unknown): void {
   sendSeedJson(res, 500, { code: 'INTERNAL', message: (error as Error)?.message ?? String(error) });
 }
 
-/** Reads a request body of at most `maxBytes` bytes. */
-export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
-  const declared = Number(req.headers['content-length'] ?? '0');
-  if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
-}
+export { readBody } from '../swarm/wire/http-json.js';
 
-export async function readJson(req: IncomingMessage, maxBytes = SEED_JSON_BYTES_MAX): Promise<unknown> {
-  const body = await readBody(req, maxBytes);
-  if (body.length === 0) return {};
-  try {
-    return JSON.parse(body.toString('utf8')) as unknown;
-  } catch {
-    throw new WeightcastError('SWARM_PROTOCOL', 'request body is not valid JSON');
-  }
+export function readJson(req: IncomingMessage, maxBytes = SEED_JSON_BYTES_MAX): Promise<unknown> {
+  return readJsonBody(req, maxBytes);
 }
 
 export interface SeedCallOptions {

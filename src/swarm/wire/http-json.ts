@@ -8,7 +8,8 @@ import { request } from 'undici';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { JSON_BODY_BYTES_MAX, errorBodySchema } from './protocol.js';
 
-export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BYTES_MAX): Promise<unknown> {
+/** Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). */
+export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? '0');
   if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
   const chunks: Buffer[] = [];
@@ -18,9 +19,14 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BY
     if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
     chunks.push(chunk);
   }
-  if (size === 0) return {};
+  return Buffer.concat(chunks, size);
+}
+
+export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BYTES_MAX): Promise<unknown> {
+  const body = await readBody(req, maxBytes);
+  if (body.length === 0) return {};
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+    return JSON.parse(body.toString('utf8')) as unknown;
   } catch {
     throw new WeightcastError('SWARM_PROTOCOL', 'request body is not valid JSON');
   }
