@@ -1,9 +1,9 @@
 /**
- * A swarm member: one model on one host. It registers with the scheduler, long-polls it for
- * assignments (the poll is also the heartbeat), fetches each assigned piece from the named peer or
- * the origin under the host's download cap, hands the bytes to the PieceStore (which verifies them
- * against the manifest before writing), and reports the outcome on a second, short request so the
- * poll never has to be torn down.
+ * A swarm member: one model on one host. It registers with the scheduler and holds a sync channel
+ * to it (wire/sync-channel.ts): assignments and cancellations arrive on it as they are made; reports,
+ * ending notices (pipelining), urgent pieces and a heartbeat go out on it. It fetches each assigned
+ * piece from the named peer or the origin under the host's download cap and hands the bytes to the
+ * PieceStore, which verifies them against the manifest before writing.
  *
  * Without a scheduler (unreachable, restarting) the member keeps going on its own: it asks the
  * peers it last heard of which pieces they hold and fetches missing pieces from them, falling back

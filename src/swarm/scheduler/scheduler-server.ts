@@ -1,8 +1,9 @@
 /**
  * `weightcast scheduler`: the HTTP face of the swarm services. It keeps one SwarmService per model
- * (created by the first agent that registers with the manifest), answers syncs at once when there is
- * work and otherwise holds them open (long poll, which is also the heartbeat), and ticks every swarm
- * on a short interval so timeouts and silent hosts are handled. All scheduling lives in the core.
+ * (created by the first agent that registers with the manifest), keeps a sync channel per host
+ * (frames in: reports and heartbeats; frames out: assignments pushed as they are made; a plain HTTP
+ * sync with a long poll remains for simple clients), and ticks every swarm on a short interval so
+ * timeouts and silent hosts are handled. All scheduling lives in the core.
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
