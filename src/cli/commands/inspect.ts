@@ -23,6 +23,7 @@ import { readSafetensorsHeaderFromFile } from '../../format/safetensors.js';
 import { formatBytes } from '../../util/units.js';
 import { EXIT_FAILURE, EXIT_OK, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
+import { printable, textTable } from '../../util/text-table.js';
 
 interface InspectFlags {
   json?: boolean;
@@ -157,7 +158,7 @@ function fileTable(summary: InspectSummary): string[] {
     String(f.tensorCount),
     formatParameterCount(f.parameters),
   ]);
-  return table(['FILE', 'STATUS', 'SIZE', 'TENSORS', 'PARAMETERS'], rows, [2, 3, 4]);
+  return textTable(['FILE', 'STATUS', 'SIZE', 'TENSORS', 'PARAMETERS'], rows, [2, 3, 4]);
 }
 
 function groupTable(summary: InspectSummary): string[] {
@@ -169,7 +170,7 @@ function groupTable(summary: InspectSummary): string[] {
     formatBytes(g.bytes),
     g.dtypes.join(','),
   ]);
-  return table(['GROUP', 'TENSORS', 'PARAMETERS', 'BYTES', 'DTYPES'], rows, [1, 2, 3]);
+  return textTable(['GROUP', 'TENSORS', 'PARAMETERS', 'BYTES', 'DTYPES'], rows, [1, 2, 3]);
 }
 
 function dtypeTable(summary: InspectSummary): string[] {
@@ -180,7 +181,7 @@ function dtypeTable(summary: InspectSummary): string[] {
     formatParameterCount(d.parameters),
     formatBytes(d.bytes),
   ]);
-  return table(['DTYPE', 'TENSORS', 'PARAMETERS', 'BYTES'], rows, [1, 2, 3]);
+  return textTable(['DTYPE', 'TENSORS', 'PARAMETERS', 'BYTES'], rows, [1, 2, 3]);
 }
 
 function problemLines(summary: InspectSummary): string[] {
@@ -195,25 +196,4 @@ function problemLines(summary: InspectSummary): string[] {
   if (problems.length > shown.length)
     lines.push(`  ... and ${problems.length - shown.length} more (--json lists all)`);
   return lines;
-}
-
-/** Left-aligned columns except the numeric ones, which align right; two spaces between columns. */
-function table(header: string[], rows: string[][], rightAligned: number[]): string[] {
-  const widths = header.map((title, column) =>
-    Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)),
-  );
-  return [header, ...rows].map((row) =>
-    row
-      .map((cell, column) => {
-        const width = widths[column] ?? 0;
-        return rightAligned.includes(column) ? cell.padStart(width) : cell.padEnd(width);
-      })
-      .join('  ')
-      .trimEnd(),
-  );
-}
-
-/** Names come from files; control characters in them must not reach the terminal. */
-function printable(line: string): string {
-  return line.replace(/\p{Cc}/gu, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }

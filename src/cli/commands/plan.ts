@@ -20,6 +20,7 @@ import type {
 import { formatBytes, parsePositiveInt } from '../../util/units.js';
 import { EXIT_OK, EXIT_USAGE, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
+import { printable, textTable } from '../../util/text-table.js';
 
 interface PlanFlags {
   tp: string;
@@ -158,7 +159,7 @@ function rankLines(plan: ParallelPlan, rank: RankPlan): string[] {
   ]);
   return [
     header,
-    ...table(['TENSOR', 'DTYPE', 'SLICE', 'SHAPE', 'BYTES', 'FILE', 'RANGES'], rows, [4]).map(
+    ...textTable(['TENSOR', 'DTYPE', 'SLICE', 'SHAPE', 'BYTES', 'FILE', 'RANGES'], rows, [4]).map(
       (line) => `  ${line}`,
     ),
   ];
@@ -176,24 +177,4 @@ function runText(run: ByteRun): string {
   return run.count === 1
     ? `@${run.offset}+${run.length}`
     : `@${run.offset} ${run.count}x${run.length}/${run.stride}`;
-}
-
-function table(header: string[], rows: string[][], rightAligned: number[]): string[] {
-  const widths = header.map((title, column) =>
-    Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)),
-  );
-  return [header, ...rows].map((row) =>
-    row
-      .map((cell, column) => {
-        const width = widths[column] ?? 0;
-        return rightAligned.includes(column) ? cell.padStart(width) : cell.padEnd(width);
-      })
-      .join('  ')
-      .trimEnd(),
-  );
-}
-
-/** Names come from files; control characters in them must not reach the terminal. */
-function printable(line: string): string {
-  return line.replace(/\p{Cc}/gu, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }

@@ -8,6 +8,7 @@
 import { formatBytes } from '../../util/units.js';
 import type { DistributePlan } from './distribute.js';
 import type { LayoutReport, NodeLoad } from './report.js';
+import { textTable } from '../../util/text-table.js';
 
 export interface RenderOptions {
   /** Moves listed in full before the rest are summarised (default 40). */
@@ -25,7 +26,7 @@ export function renderPlanText(plan: DistributePlan, options: RenderOptions = {}
     `mode ${plan.mode} over ${targets.length} nodes` + (targets.length <= 8 ? `: ${targets.join(', ')}` : ''),
   );
   if (plan.drainedNodes.length > 0) lines.push(`drained: ${plan.drainedNodes.join(', ')}`);
-  lines.push('', ...table(['', 'before', 'after'], summaryRows(before, after), [false, false, false]));
+  lines.push('', ...textTable(['', 'before', 'after'], summaryRows(before, after), []));
   lines.push('', ...nodeTable(plan, options.nodesShown ?? 32));
   if (plan.rotation !== undefined) {
     const shown = plan.rotation.nodes.slice(0, 8).map((node, residue) => `${residue}->${node}`);
@@ -94,10 +95,10 @@ function nodeTable(plan: DistributePlan, nodesShown: number): string[] {
       String(moved.get(name)?.in ?? 0),
     ];
   });
-  const lines = table(
+  const lines = textTable(
     ['node', 'pieces', 'copies', 'pieces after', 'copies after', 'copies out', 'copies in'],
     rows,
-    [false, true, true, true, true, true, true],
+    [1, 2, 3, 4, 5, 6],
   );
   const rest = ordered.length - rows.length;
   if (rest > 0) {
@@ -134,17 +135,7 @@ function movesSection(plan: DistributePlan, movesShown: number): string[] {
       move.to,
       `v${move.expectVersion}`,
     ]);
-  lines.push(
-    ...table(['#', 'piece', 'kind', 'from', '', 'to', 'expect'], rows, [
-      true,
-      true,
-      false,
-      false,
-      false,
-      false,
-      false,
-    ]),
-  );
+  lines.push(...textTable(['#', 'piece', 'kind', 'from', '', 'to', 'expect'], rows, [0, 1]));
   const rest = plan.moves.length - rows.length;
   if (rest > 0) lines.push(`... ${rest} more moves (the JSON form lists every move)`);
   return lines;
@@ -152,19 +143,6 @@ function movesSection(plan: DistributePlan, movesShown: number): string[] {
 
 function percent(share: number): string {
   return `${(share * 100).toFixed(1)}%`;
-}
-
-/** Aligned columns, two spaces apart; `right[i]` right-aligns column i (numbers). */
-function table(header: readonly string[], rows: readonly string[][], right: readonly boolean[]): string[] {
-  const widths = header.map((title, column) =>
-    Math.max(title.length, ...rows.map((row) => row[column]!.length)),
-  );
-  const format = (row: readonly string[]): string =>
-    row
-      .map((cell, column) => (right[column] ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!)))
-      .join('  ')
-      .trimEnd();
-  return [format(header), ...rows.map(format)];
 }
 
 /** The plan as one JSON document; `includeLayout` adds every entry after the moves. */
