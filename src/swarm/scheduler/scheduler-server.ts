@@ -184,7 +184,8 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     const model = parseMessage(modelHex, parts[2], 'model name');
     const swarm = swarmOf(model);
     const host = Number(parts[4]);
-    if (!Number.isInteger(host) || host < 0 || !swarm.hasHost(host)) {
+    const registration = Number.isInteger(host) && host >= 0 ? swarm.registrationOf(host) : undefined;
+    if (registration === undefined) {
       throw new WeightcastError(
         'SWARM_UNKNOWN_HOST',
         `host ${parts[4]} is not registered in this swarm; register again`,
@@ -195,7 +196,6 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${CHANNEL_PROTOCOL}\r\n\r\n`,
     );
     channels.add(socket);
-    const registration = swarm.registrationOf(host);
     const fail = (error: unknown): void => {
       if (!socket.destroyed) socket.end(errorFrame(error));
     };

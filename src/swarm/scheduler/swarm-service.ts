@@ -92,10 +92,6 @@ export class SwarmService {
     return this.hosts.size;
   }
 
-  hasHost(host: number): boolean {
-    return this.hosts.has(host);
-  }
-
   /**
    * An opaque token for the host's current registration. Host ids are reused after a host leaves,
    * so a connection opened for one registration checks its token before acting for the id: a
