@@ -19,22 +19,11 @@ import { writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes, formatSeconds } from '../src/util/units.js';
+import type { Row } from './torch-baseline.js';
 
 const BIN = fileURLToPath(new URL('../../bin/weightcast.js', import.meta.url));
 const FILE_SERVER = fileURLToPath(new URL('../src/origin/file-server-main.js', import.meta.url));
 const MiB = 1024 * 1024;
-
-interface Row {
-  what: string;
-  baseline: string;
-  baselineRate: number;
-  rate: number;
-  goal: string;
-  met: boolean | undefined;
-  note: string;
-  /** How to print the two measured values; rates by default. */
-  unit?: 'rate' | 'bytes';
-}
 
 function run(
   command: string,
