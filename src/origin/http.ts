@@ -239,8 +239,10 @@ export class HttpOrigin implements Origin {
     const call = { path, what: `read of ${path}`, signal: options.signal };
     throwIfAborted(call.signal, call.what);
     if (target.length === 0) return;
-    // Survives across attempts so a retry after a broken body only asks for the missing tail.
-    const progress = { filled: 0 };
+    // Survives across attempts so a retry after a broken body only asks for the missing tail; a
+    // caller's progress object (OriginCallOptions.progress) is that same count.
+    const progress = options.progress ?? { filled: 0 };
+    progress.filled = 0;
     await this.withRetries(call, () => this.readOnce(call, offset, target, progress, inPlace));
   }
 

@@ -13,6 +13,11 @@ export interface OriginEntry {
 
 export interface OriginCallOptions {
   signal?: AbortSignal;
+  /**
+   * `readInto` only: the read adds every byte it lands in the target to `filled` as it arrives, so
+   * the caller can watch a long read (HTTP origins do; local reads may only count at the end).
+   */
+  progress?: { filled: number };
 }
 
 export interface Origin {

@@ -471,3 +471,43 @@ test('parseContentRange reads the three forms', () => {
   assert.equal(parseContentRange('items 0-1/2'), undefined);
   assert.equal(parseContentRange(undefined), undefined);
 });
+
+bothTransports(
+  'readInto counts landed bytes in a caller progress object while the read runs',
+  async (transport) => {
+    const STALL_AFTER = 512 * 1024;
+    let asked = 0;
+    const { model, origin, done } = await setup(transport, () =>
+      asked++ === 0 ? { kind: 'stall', afterBytes: STALL_AFTER, ms: 300 } : undefined,
+    );
+    try {
+      const target = Buffer.alloc(2 * 1024 * 1024);
+      const progress = { filled: -1 };
+      const read = origin.readInto(WEIGHTS, 4096, target, { progress });
+      // Bounded wait for the stalled read to have landed the bytes before the stall.
+      for (let i = 0; i < 100 && progress.filled < STALL_AFTER; i++) await sleepMs(5);
+      assert.equal(progress.filled, STALL_AFTER, 'the bytes before the stall are counted while it lasts');
+      await read;
+      assert.equal(progress.filled, target.length);
+      assert.deepEqual(target, fileBytes(model, WEIGHTS).subarray(4096, 4096 + target.length));
+    } finally {
+      await done();
+    }
+  },
+);
+
+bothTransports('a retried read keeps counting from the bytes it already has', async (transport) => {
+  let asked = 0;
+  const { origin, retries, done } = await setup(transport, () =>
+    asked++ === 0 ? { kind: 'reset', afterBytes: 300_000 } : undefined,
+  );
+  try {
+    const progress = { filled: 0 };
+    const target = Buffer.alloc(1024 * 1024);
+    await origin.readInto(WEIGHTS, 0, target, { progress });
+    assert.equal(retries.length, 1);
+    assert.equal(progress.filled, target.length, 'never counts a byte twice');
+  } finally {
+    await done();
+  }
+});

@@ -97,20 +97,31 @@ const FALLBACK_ORIGIN_READS_MAX = 2;
 /** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
 const READ_CHUNK_CAPPED_BYTES = 512 * 1024;
 /**
- * Pipelining: a transfer expected to end within the lead time is announced as ending, so the
- * scheduler plans the next download (and the parent's next upload) while this one finishes. The
- * lead is a few scheduler round trips, bounded.
+ * Pipelining: a transfer whose remaining bytes, at the rate it has run so far, take less than the
+ * lead time is announced as ending, so the scheduler plans the next download (and the parent's next
+ * upload) while this one finishes. The lead is a few scheduler round trips, bounded. The transfer's
+ * own progress decides, not an average over transfers: flows from the origin run several times
+ * slower than flows from peers, and a notice sent too early lets the next transfer start long
+ * before this one ends (measured: 10-27 origin transfers at once where the scheduler allowed 8).
  */
 const ENDING_LEAD_MIN_MS = 30;
 const ENDING_LEAD_MAX_MS = 250;
 const ENDING_LEAD_ROUND_TRIPS = 3;
-/** Weight of the newest sample in the running estimates of flow rate and scheduler round trip. */
+/** A transfer's progress is looked at again no sooner than this. */
+const ENDING_RECHECK_MIN_MS = 5;
+/** Weight of the newest sample in the running estimate of the scheduler round trip. */
 const EWMA_WEIGHT = 0.2;
 
 interface Fetch {
   piece: number;
   controller: AbortController;
-  /** Fires when the transfer is expected to be nearly done; cleared when it ends. */
+  started: number;
+  length: number;
+  /** Bytes of the piece landed before the read in progress (capped reads go in chunks). */
+  landedBefore: number;
+  /** The read in progress counts its landed bytes here (OriginCallOptions.progress). */
+  progress: { filled: number };
+  /** Looks at the transfer's progress until it is nearly done; cleared when it ends. */
   endingTimer?: ReturnType<typeof setTimeout>;
 }
 
@@ -131,8 +142,7 @@ export class SwarmMember {
   private readonly urgentPieces = new Set<number>();
   /** Transfers to announce as ending on the next sync. */
   private readonly endingNotices = new Set<number>();
-  /** Running estimates: one flow's bytes per second, and a short sync's round trip. */
-  private flowBytesPerSecond: number | undefined;
+  /** Running estimate of a short sync's round trip. */
   private syncRoundTripMs: number | undefined;
   /** When the oldest unanswered report or notice went out (for the round-trip estimate). */
   private roundTripFrom: number | undefined;
@@ -406,12 +416,12 @@ export class SwarmMember {
     const host = this.host;
     const controller = new AbortController();
     const signal = AbortSignal.any([controller.signal, this.controller.signal]);
-    const fetch: Fetch = { piece: assignment.piece, controller };
+    const fetch = this.newFetch(assignment.piece, controller);
     this.fetches.set(assignment.transferId, fetch);
-    this.scheduleEndingNotice(assignment.transferId, fetch);
+    this.watchForEnding(assignment.transferId, fetch);
     try {
       const source = assignment.from === 'origin' ? 'origin' : assignment.from;
-      const { outcome, bytesPerSecond } = await this.fetchPiece(assignment.piece, source, signal);
+      const { outcome, bytesPerSecond } = await this.fetchPiece(fetch, source, signal);
       if (controller.signal.aborted || this.host !== host) return;
       this.report({
         transferId: assignment.transferId,
@@ -425,40 +435,55 @@ export class SwarmMember {
     }
   }
 
+  private newFetch(piece: number, controller: AbortController): Fetch {
+    const length = this.options.map.pieceLength(piece);
+    return {
+      piece,
+      controller,
+      started: performance.now(),
+      length,
+      landedBefore: 0,
+      progress: { filled: 0 },
+    };
+  }
+
+  private endingLeadMs(): number {
+    const rounds = ENDING_LEAD_ROUND_TRIPS * (this.syncRoundTripMs ?? 0);
+    return Math.min(ENDING_LEAD_MAX_MS, Math.max(ENDING_LEAD_MIN_MS, rounds));
+  }
+
   /**
-   * Arms the pipelining notice: from the running flow-rate estimate, when this transfer should be
-   * one lead time from its end. No estimate yet (the first pieces), no notice.
+   * The pipelining notice: looks at the transfer one lead time after it starts, then again when,
+   * at the rate its bytes have arrived so far, it should be one lead time from its end; announces it
+   * as ending once that is now. A few timer wake-ups per transfer.
    */
-  private scheduleEndingNotice(transferId: number, fetch: Fetch): void {
-    const rate = this.flowBytesPerSecond;
-    if (rate === undefined || rate <= 0) return;
-    const expectedMs = (this.options.map.pieceLength(fetch.piece) / rate) * 1000;
-    const leadMs = Math.min(
-      ENDING_LEAD_MAX_MS,
-      Math.max(ENDING_LEAD_MIN_MS, ENDING_LEAD_ROUND_TRIPS * (this.syncRoundTripMs ?? 0)),
-    );
-    fetch.endingTimer = setTimeout(
-      () => {
-        if (this.fetches.get(transferId) !== fetch) return;
+  private watchForEnding(transferId: number, fetch: Fetch): void {
+    const check = (): void => {
+      if (this.fetches.get(transferId) !== fetch) return;
+      const landed = fetch.landedBefore + fetch.progress.filled;
+      const elapsedMs = performance.now() - fetch.started;
+      const next = endingCheck(landed, fetch.length, elapsedMs, this.endingLeadMs());
+      if (next === 'ending') {
         this.endingNotices.add(transferId);
         this.flushReports();
-      },
-      Math.max(0, expectedMs - leadMs),
-    );
+        return;
+      }
+      fetch.endingTimer = setTimeout(check, next);
+      fetch.endingTimer.unref();
+    };
+    fetch.endingTimer = setTimeout(check, this.endingLeadMs());
     fetch.endingTimer.unref();
   }
 
   /** Fetches, verifies and stores one piece; never throws (the outcome says what happened). */
   private async fetchPiece(
-    piece: number,
+    fetch: Fetch,
     /** 'origin', or the base URL of a peer. */
     source: string,
     signal: AbortSignal,
   ): Promise<{ outcome: Report['outcome']; bytesPerSecond?: number }> {
-    const length = this.options.map.pieceLength(piece);
-    const started = performance.now();
     const buffer = this.takeBuffer();
-    const result = await this.fetchInto(piece, source, signal, buffer.subarray(0, length), started);
+    const result = await this.fetchInto(fetch, source, signal, buffer.subarray(0, fetch.length));
     // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
     // buffers whose read completed go back to the pool.
     if (result.outcome === 'verified' || result.outcome === 'corrupt') this.buffers.push(buffer);
@@ -470,16 +495,16 @@ export class SwarmMember {
   }
 
   private async fetchInto(
-    piece: number,
+    fetch: Fetch,
     source: string,
     signal: AbortSignal,
     bytes: Buffer,
-    started: number,
   ): Promise<{ outcome: Report['outcome']; bytesPerSecond?: number }> {
+    const { piece, started } = fetch;
     const length = bytes.length;
     try {
-      if (source === 'origin') await this.readOrigin(piece, bytes, signal);
-      else await this.readPeer(source, piece, bytes, signal);
+      const client = source === 'origin' ? this.options.origin : this.peerClient(source);
+      await this.readChunked(client, fetch, bytes, signal);
     } catch {
       if (signal.aborted) return { outcome: 'cancelled' };
       this.stats.failedTransfers++;
@@ -502,6 +527,17 @@ export class SwarmMember {
       return { outcome: 'failed' };
     }
     const from = source === 'origin' ? 'origin' : 'peer';
+    if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1')
+      process.stdout.write(
+        JSON.stringify({
+          piece,
+          source,
+          startAt: performance.timeOrigin + started,
+          fetchedAt: performance.timeOrigin + started + seconds * 1000,
+          storedAt: performance.timeOrigin + performance.now(),
+          running: this.running,
+        }) + '\n',
+      );
     if (result === 'corrupt') {
       this.stats.corruptPieces++;
       this.options.onEvent?.({
@@ -531,43 +567,32 @@ export class SwarmMember {
       this.completeResolve();
       this.options.onEvent?.({ type: 'complete' });
     }
-    this.flowBytesPerSecond = ewma(this.flowBytesPerSecond, length / seconds);
     return { outcome: 'verified', bytesPerSecond: length / seconds };
   }
 
-  private async readOrigin(piece: number, buffer: Buffer, signal: AbortSignal): Promise<void> {
-    const where = this.options.map.locate(piece);
-    await this.readChunked(this.options.origin, where.file.path, where.offset, buffer, signal);
-  }
-
   /**
-   * Reads a piece from a peer: the peer serves the model's files by byte range (only ranges it
-   * holds verified), so the same zero-copy ranged reads as for the origin apply.
-   */
-  private async readPeer(peerUrl: string, piece: number, buffer: Buffer, signal: AbortSignal): Promise<void> {
-    const where = this.options.map.locate(piece);
-    await this.readChunked(this.peerClient(peerUrl), where.file.path, where.offset, buffer, signal);
-  }
-
-  /**
-   * Under a download cap the read goes in chunks, so the cap holds while the piece arrives. Each
-   * chunk's tokens are awaited while the chunk is in flight, not after it: paying afterwards would
-   * add the receiver's wait to the sender's pace (two caps in series), where a link allows the
-   * smaller of the two. Measured on the 8-agent loopback demo: that halved the swarm's throughput.
+   * Reads a piece from the origin or a peer (a peer serves the model's files by byte range, only
+   * ranges it holds verified, so the same zero-copy ranged reads apply). Under a download cap the
+   * read goes in chunks, so the cap holds while the piece arrives. Each chunk's tokens are awaited
+   * while the chunk is in flight, not after it: paying afterwards would add the receiver's wait to
+   * the sender's pace (two caps in series), where a link allows the smaller of the two. Measured on
+   * the 8-agent loopback demo: that halved the swarm's throughput.
    */
   private async readChunked(
     source: Origin,
-    path: string,
-    offset: number,
+    fetch: Fetch,
     buffer: Buffer,
     signal: AbortSignal,
   ): Promise<void> {
+    const where = this.options.map.locate(fetch.piece);
     const throttle = this.options.downloadThrottle;
     const chunk = throttle.limited ? READ_CHUNK_CAPPED_BYTES : buffer.length;
     for (let done = 0; done < buffer.length; done += chunk) {
       const part = buffer.subarray(done, Math.min(buffer.length, done + chunk));
+      fetch.landedBefore = done;
+      fetch.progress = { filled: 0 };
       await Promise.all([
-        source.readInto(path, offset + done, part, { signal }),
+        source.readInto(where.file.path, where.offset + done, part, { signal, progress: fetch.progress }),
         throttle.take(part.length, signal),
       ]);
     }
@@ -646,7 +671,7 @@ export class SwarmMember {
       this.fallbackPieces.add(piece);
       this.fallbackRunning++;
       if (source === 'origin') this.fallbackOriginReads++;
-      void this.fetchPiece(piece, source, signal)
+      void this.fetchPiece(this.newFetch(piece, new AbortController()), source, signal)
         .then((result) => {
           if (result.outcome === 'verified') this.stats.fallbackPieces++;
           if (result.outcome !== 'verified' && source !== 'origin') this.peerHave.delete(source);
@@ -659,6 +684,24 @@ export class SwarmMember {
         });
     }
   }
+}
+
+/**
+ * Whether a transfer is one lead time from its end, judged by its own progress: `landed` of
+ * `length` bytes in `elapsedMs`. Returns 'ending', or how long to wait before looking again (one
+ * lead while no byte has landed; else until one lead before the end at the rate so far).
+ */
+export function endingCheck(
+  landed: number,
+  length: number,
+  elapsedMs: number,
+  leadMs: number,
+): 'ending' | number {
+  if (landed >= length) return 'ending';
+  if (landed <= 0) return Math.max(ENDING_RECHECK_MIN_MS, leadMs);
+  const remainingMs = ((length - landed) * Math.max(1, elapsedMs)) / landed;
+  if (remainingMs <= leadMs) return 'ending';
+  return Math.max(ENDING_RECHECK_MIN_MS, remainingMs - leadMs);
 }
 
 function ewma(previous: number | undefined, sample: number): number {
