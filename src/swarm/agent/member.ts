@@ -71,8 +71,12 @@ export type MemberEvent =
       from: 'origin' | 'peer';
       outcome: Report['outcome'];
       bytes: number;
-      /** How long the fetch took, from the request to the verified bytes. */
+      /** How long the fetch took, from the request to the last byte. */
       ms: number;
+      /** Then how long verifying and storing took (absent when no bytes were stored). */
+      verifyMs?: number;
+      /** The peer's base URL (absent for the origin). */
+      parent?: string;
     }
   | { type: 'complete' };
 
@@ -527,17 +531,10 @@ export class SwarmMember {
       return { outcome: 'failed' };
     }
     const from = source === 'origin' ? 'origin' : 'peer';
-    if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1')
-      process.stdout.write(
-        JSON.stringify({
-          piece,
-          source,
-          startAt: performance.timeOrigin + started,
-          fetchedAt: performance.timeOrigin + started + seconds * 1000,
-          storedAt: performance.timeOrigin + performance.now(),
-          running: this.running,
-        }) + '\n',
-      );
+    const trace = {
+      verifyMs: performance.now() - started - seconds * 1000,
+      ...(from === 'peer' ? { parent: source } : {}),
+    };
     if (result === 'corrupt') {
       this.stats.corruptPieces++;
       this.options.onEvent?.({
@@ -547,6 +544,7 @@ export class SwarmMember {
         outcome: 'corrupt',
         bytes: length,
         ms: seconds * 1000,
+        ...trace,
       });
       return { outcome: 'corrupt' };
     }
@@ -560,6 +558,7 @@ export class SwarmMember {
       outcome: 'verified',
       bytes: length,
       ms: seconds * 1000,
+      ...trace,
     });
     this.urgentPieces.delete(piece);
     if (this.options.store.complete && !this.completed) {
