@@ -12,6 +12,9 @@
  * caps are the processes' own: the agents' --upload-mbps/--download-mbps and the origin server's
  * --rate-mbps when it has one.
  *
+ * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
+ * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
+ *
  * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
  * --origin-readers K (the simulator's choice), --legs naive,swarm, --work DIR (the temp dir),
  * --loopback, --keep, --json.
@@ -878,6 +881,9 @@ async function main(argv: readonly string[]): Promise<number> {
       const context: LegContext = { hostSet, model, originUrl, setting, work, logDir, options, sim };
       if (options.legs.includes('naive')) measurements.push(await naiveLeg(context));
       if (options.legs.includes('swarm')) measurements.push(...(await swarmLeg(context)));
+      if (options.keep && process.env['WEIGHTCAST_TRACE_PIECES'] === '1') {
+        log(`where the swarm's time went: node dist/bench/trace-report.js ${logDir}`);
+      }
     } finally {
       await hostSet.close();
     }

@@ -1,0 +1,242 @@
+/**
+ * `node dist/bench/trace-report.js LOGDIR`: where a swarm run's time went, from the agents' piece
+ * traces. Run the fan-out with `WEIGHTCAST_TRACE_PIECES=1 node dist/bench/fanout.js --legs swarm
+ * --skip-copy-out --keep` and point this at the logs directory it names. Each agent log holds its
+ * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
+ * from request to last byte, `verifyMs`, `parent`).
+ *
+ * Prints, per host, its transfers in flight over time; per parent, its uploads in flight; the
+ * download rate a host reached with k transfers in flight; and a timeline of pieces held against
+ * pieces anywhere in the swarm. Diagnostics only: it reads files and prints.
+ */
+
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { textTable } from '../src/util/text-table.js';
+
+export interface Fetch {
+  host: string;
+  piece: number;
+  bytes: number;
+  /** 'origin' or the parent host's label. */
+  parent: string;
+  startMs: number;
+  endMs: number;
+  storedMs: number;
+}
+
+const SAMPLE_MS = 10;
+const CONCURRENCY_COLUMNS = 9;
+
+/** Reads every `agent-*.log` in `dir` into fetches with times relative to the first request. */
+export function readTrace(dir: string): Fetch[] {
+  const logs = readdirSync(dir).filter((name) => /^agent-.+\.log$/.test(name));
+  const labelOf = new Map<string, string>();
+  const raw: Array<{ host: string; event: Record<string, unknown> }> = [];
+  for (const name of logs) {
+    const host = name.slice('agent-'.length, -'.log'.length);
+    for (const line of readFileSync(join(dir, name), 'utf8').split('\n')) {
+      const listening = /listening on (http:\/\/\S+)/.exec(line);
+      if (listening?.[1] !== undefined) labelOf.set(listening[1].replace(/\/+$/, ''), host);
+      if (!line.startsWith('{')) continue;
+      try {
+        const event = JSON.parse(line) as Record<string, unknown>;
+        if (event['type'] === 'piece' && event['outcome'] === 'verified') raw.push({ host, event });
+      } catch {
+        // A line cut short by a killed process: skip it.
+      }
+    }
+  }
+  const fetches = raw.map(({ host, event }) => {
+    const at = Number(event['at']);
+    const verifyMs = Number(event['verifyMs'] ?? 0);
+    const endMs = at - verifyMs;
+    const parentUrl = typeof event['parent'] === 'string' ? event['parent'].replace(/\/+$/, '') : undefined;
+    return {
+      host,
+      piece: Number(event['piece']),
+      bytes: Number(event['bytes']),
+      parent: parentUrl === undefined ? 'origin' : (labelOf.get(parentUrl) ?? parentUrl),
+      startMs: endMs - Number(event['ms']),
+      endMs,
+      storedMs: at,
+    };
+  });
+  const t0 = Math.min(...fetches.map((f) => f.startMs));
+  for (const f of fetches) {
+    f.startMs -= t0;
+    f.endMs -= t0;
+    f.storedMs -= t0;
+  }
+  return fetches;
+}
+
+/** Share of sampled instants (every SAMPLE_MS within [fromMs, toMs)) with k of `spans` open, k = 0.. */
+export function concurrencyShares(
+  spans: ReadonlyArray<{ startMs: number; endMs: number }>,
+  fromMs: number,
+  toMs: number,
+): number[] {
+  const counts: number[] = [];
+  let samples = 0;
+  for (let t = fromMs; t < toMs; t += SAMPLE_MS) {
+    let open = 0;
+    for (const span of spans) if (span.startMs <= t && span.endMs > t) open++;
+    counts[open] = (counts[open] ?? 0) + 1;
+    samples++;
+  }
+  return Array.from(counts, (count) => (samples === 0 ? 0 : (count ?? 0) / samples));
+}
+
+function quantile(values: number[], q: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))]!;
+}
+
+function shareColumns(shares: number[]): string[] {
+  const columns: string[] = [];
+  for (let k = 0; k < CONCURRENCY_COLUMNS; k++) {
+    const share =
+      k === CONCURRENCY_COLUMNS - 1 ? shares.slice(k).reduce((a, b) => a + b, 0) : (shares[k] ?? 0);
+    columns.push(share === 0 ? '' : `${Math.round(share * 100)}`);
+  }
+  return columns;
+}
+
+function rightFrom(first: number, end: number): number[] {
+  return Array.from({ length: end - first }, (_, i) => first + i);
+}
+
+const CONCURRENCY_HEADERS = Array.from({ length: CONCURRENCY_COLUMNS }, (_, k) =>
+  k === CONCURRENCY_COLUMNS - 1 ? `${k}+` : String(k),
+);
+
+export function report(fetches: readonly Fetch[]): string {
+  const lines: string[] = [];
+  const hosts = [...new Set(fetches.map((f) => f.host))].sort();
+  const endMs = Math.max(...fetches.map((f) => f.storedMs));
+  lines.push(
+    `${fetches.length} verified transfers to ${hosts.length} hosts; last stored at ${(endMs / 1000).toFixed(2)} s`,
+  );
+  lines.push('', "Downloads in flight per host (% of the host's time from 0 to its last piece):");
+  const hostRows = hosts.map((host) => {
+    const own = fetches.filter((f) => f.host === host);
+    const last = Math.max(...own.map((f) => f.storedMs));
+    return [
+      host,
+      String(own.length),
+      String(own.filter((f) => f.parent === 'origin').length),
+      (last / 1000).toFixed(2),
+      quantile(
+        own.map((f) => f.endMs - f.startMs),
+        0.5,
+      ).toFixed(0),
+      quantile(
+        own.map((f) => f.endMs - f.startMs),
+        0.9,
+      ).toFixed(0),
+      quantile(
+        own.map((f) => f.storedMs - f.endMs),
+        0.5,
+      ).toFixed(0),
+      ...shareColumns(concurrencyShares(own, 0, last)),
+    ];
+  });
+  lines.push(
+    ...textTable(
+      ['host', 'pieces', 'origin', 'done s', 'ms p50', 'ms p90', 'verify p50', ...CONCURRENCY_HEADERS],
+      hostRows,
+      rightFrom(1, 7 + CONCURRENCY_COLUMNS),
+    ),
+  );
+
+  lines.push('', 'Uploads in flight per parent (% of the time from 0 to the last piece):');
+  const parents = [...new Set(fetches.map((f) => f.parent))].sort();
+  const parentRows = parents.map((parent) => {
+    const own = fetches.filter((f) => f.parent === parent);
+    return [parent, String(own.length), ...shareColumns(concurrencyShares(own, 0, endMs))];
+  });
+  lines.push(
+    ...textTable(
+      ['parent', 'uploads', ...CONCURRENCY_HEADERS],
+      parentRows,
+      rightFrom(1, 2 + CONCURRENCY_COLUMNS),
+    ),
+  );
+
+  // Bytes each host received per 100 ms window (each transfer's bytes spread over its span),
+  // grouped by how many of its transfers were in flight mid-window.
+  const byConcurrency = new Map<number, number[]>();
+  for (const host of hosts) {
+    const own = fetches.filter((f) => f.host === host);
+    const last = Math.max(...own.map((f) => f.endMs));
+    for (let t = 1000; t + 100 < last - 1000; t += 100) {
+      let bytes = 0;
+      let open = 0;
+      for (const f of own) {
+        const overlap = Math.min(t + 100, f.endMs) - Math.max(t, f.startMs);
+        if (overlap > 0) bytes += (f.bytes * overlap) / Math.max(1e-3, f.endMs - f.startMs);
+        if (f.startMs <= t + 50 && f.endMs > t + 50) open++;
+      }
+      const list = byConcurrency.get(open) ?? [];
+      list.push(bytes / 0.1 / 1e6);
+      byConcurrency.set(open, list);
+    }
+  }
+  lines.push(
+    '',
+    'Download rate of a host by its transfers in flight (100 ms windows, first and last second left out):',
+  );
+  const rateRows = [...byConcurrency.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([open, rates]) => [
+      String(open),
+      String(rates.length),
+      (rates.reduce((a, b) => a + b, 0) / rates.length).toFixed(1),
+    ]);
+  lines.push(...textTable(['in flight', 'windows', 'MB/s'], rateRows, [0, 1, 2]));
+
+  lines.push('', 'Timeline: pieces held by the slowest and the average host, pieces anywhere in the swarm:');
+  const storedAt = new Map<string, Map<number, number>>();
+  for (const f of fetches) {
+    const own = storedAt.get(f.host) ?? new Map<number, number>();
+    own.set(f.piece, Math.min(own.get(f.piece) ?? Infinity, f.storedMs));
+    storedAt.set(f.host, own);
+  }
+  const timeline: string[][] = [];
+  for (let second = 1; second <= Math.ceil(endMs / 1000); second++) {
+    const t = second * 1000;
+    const anywhere = new Set<number>();
+    const held = hosts.map((host) => {
+      let count = 0;
+      for (const [piece, at] of storedAt.get(host) ?? []) {
+        if (at > t) continue;
+        count++;
+        anywhere.add(piece);
+      }
+      return count;
+    });
+    const average = held.reduce((a, b) => a + b, 0) / held.length;
+    timeline.push([String(second), String(Math.min(...held)), average.toFixed(0), String(anywhere.size)]);
+  }
+  lines.push(...textTable(['s', 'held min', 'held avg', 'anywhere'], timeline, [0, 1, 2, 3]));
+  return lines.join('\n') + '\n';
+}
+
+if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const dir = process.argv[2];
+  if (dir === undefined) {
+    process.stderr.write('usage: node dist/bench/trace-report.js LOGDIR (a fan-out run kept with --keep)\n');
+    process.exitCode = 2;
+  } else {
+    const fetches = readTrace(dir);
+    if (fetches.length === 0) {
+      process.stderr.write(`${dir}: no piece traces (run the agents with WEIGHTCAST_TRACE_PIECES=1)\n`);
+      process.exitCode = 1;
+    } else {
+      process.stdout.write(report(fetches));
+    }
+  }
+}

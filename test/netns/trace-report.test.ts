@@ -1,0 +1,63 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { concurrencyShares, readTrace, report } from '../../bench/trace-report.js';
+
+test('concurrencyShares: share of sampled instants with k spans open', () => {
+  // 0-100 ms: one span; 100-200: two; 200-300: none (10 ms samples).
+  const spans = [
+    { startMs: 0, endMs: 200 },
+    { startMs: 100, endMs: 200 },
+  ];
+  assert.deepEqual(
+    concurrencyShares(spans, 0, 300).map((share) => Math.round(share * 30)),
+    [10, 10, 10],
+  );
+});
+
+test('readTrace and report: parents by URL, times from the first request, verified pieces only', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'wc-trace-'));
+  try {
+    const piece = (at: number, fields: Record<string, unknown>): string =>
+      JSON.stringify({
+        at,
+        type: 'piece',
+        outcome: 'verified',
+        bytes: 1_000_000,
+        ms: 100,
+        verifyMs: 10,
+        ...fields,
+      });
+    await writeFile(
+      join(dir, 'agent-host1.log'),
+      [
+        'weightcast agent listening on http://10.0.0.2:7001',
+        piece(1110, { piece: 0, from: 'origin' }),
+        JSON.stringify({ at: 1200, type: 'piece', outcome: 'failed', piece: 1, bytes: 0, ms: 5 }),
+        '{"cut short',
+      ].join('\n'),
+    );
+    await writeFile(
+      join(dir, 'agent-host2.log'),
+      [
+        'weightcast agent listening on http://10.0.0.3:7001/',
+        piece(1260, { piece: 0, parent: 'http://10.0.0.2:7001' }),
+      ].join('\n'),
+    );
+    const fetches = readTrace(dir).sort((a, b) => a.startMs - b.startMs);
+    assert.deepEqual(
+      fetches.map((f) => [f.host, f.parent, f.startMs, f.endMs, f.storedMs]),
+      [
+        ['host1', 'origin', 0, 100, 110],
+        ['host2', 'host1', 150, 250, 260],
+      ],
+    );
+    const text = report(fetches);
+    assert.match(text, /2 verified transfers to 2 hosts; last stored at 0\.26 s/);
+    assert.match(text, /^host1 +1 +1 /m);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
