@@ -642,6 +642,7 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     options.originReaders ?? (typeof context.sim === 'string' ? undefined : context.sim.originReaders);
   const schedulerArgv = [
     NODE,
+    ...profileFlags(),
     CLI,
     'scheduler',
     '--port',
@@ -685,8 +686,8 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
 }
 
 /**
- * Diagnostics for the agents: WEIGHTCAST_PROFILE_DIR has each write a CPU profile (node --cpu-prof)
- * there; WEIGHTCAST_AGENT_NODE_FLAGS adds node flags (for example --perf-basic-prof for `perf`).
+ * Diagnostics for the agents and the scheduler: WEIGHTCAST_PROFILE_DIR has each write a CPU profile
+ * (node --cpu-prof) there; WEIGHTCAST_AGENT_NODE_FLAGS adds node flags (for example --perf-basic-prof for `perf`).
  */
 function profileFlags(): string[] {
   const dir = process.env['WEIGHTCAST_PROFILE_DIR'];
