@@ -1,0 +1,181 @@
+/**
+ * `node dist/bench/tcp-mix.js [--hosts N] [--mbps B] [--loops K] [--seconds S]`: how full TCP keeps
+ * the testbed's capped links under the swarm's kind of traffic, with no weightcast code in the path.
+ * Every host serves 1 MiB ranges of an in-memory buffer over HTTP and pulls 1 MiB ranges from the
+ * other hosts with K loops (keep-alive connections, one request after another per loop), two ways:
+ * `fixed` (loop i always asks the same peer, so every host has the same number of flows each way)
+ * and `random` (each request picks a peer at random, as a swarm's parent choice does). Prints each
+ * mode's download rate per host against the link's payload ceiling. Needs root and `ip netns`.
+ *
+ * Worker mode (internal): `--worker ADDRESS --peers A,B --mode M --loops K --start-at MS --seconds S`.
+ */
+
+import { randomBytes, randomInt } from 'node:crypto';
+import { Agent, createServer, request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { textTable } from '../src/util/text-table.js';
+import { stopChild, waitForExit } from './netns/children.js';
+import { createTestbed, netnsProblem } from './netns/testbed.js';
+
+const PORT = 8090;
+const RANGE_BYTES = 1024 * 1024;
+const BUFFER_RANGES = 16;
+/** tc counts headers: TCP payload of a full-size frame at MTU 1500 is 1448 of 1514 bytes. */
+const PAYLOAD_SHARE = 1448 / 1514;
+const START_SLACK_MS = 2000;
+const REQUEST_TIMEOUT_MS = 10_000;
+const SELF = fileURLToPath(import.meta.url);
+type Mode = 'fixed' | 'random';
+
+async function worker(values: Record<string, string | boolean | undefined>): Promise<void> {
+  const address = String(values['worker']);
+  const peers = String(values['peers']).split(',');
+  const mode = values['mode'] as Mode;
+  const loops = Number(values['loops']);
+  const startAt = Number(values['start-at']);
+  const endAt = startAt + Number(values['seconds']) * 1000;
+  const buffer = randomBytes(RANGE_BYTES * BUFFER_RANGES);
+  const server = createServer((req, res) => {
+    const match = /bytes=(\d+)-(\d+)/.exec(req.headers.range ?? '');
+    const first = Number(match?.[1] ?? 0);
+    const last = Math.min(buffer.length - 1, Number(match?.[2] ?? buffer.length - 1));
+    res.writeHead(206, { 'content-length': last - first + 1 });
+    res.end(buffer.subarray(first, last + 1));
+  });
+  await new Promise<void>((resolve) => server.listen(PORT, address, resolve));
+  const agents = new Map(peers.map((peer) => [peer, new Agent({ keepAlive: true, maxSockets: loops })]));
+  let bytes = 0;
+  let failures = 0;
+  const get = (peer: string): Promise<void> =>
+    new Promise((resolve) => {
+      const offset = randomInt(BUFFER_RANGES) * RANGE_BYTES;
+      const req = request(
+        {
+          host: peer,
+          port: PORT,
+          agent: agents.get(peer),
+          timeout: REQUEST_TIMEOUT_MS,
+          headers: { range: `bytes=${offset}-${offset + RANGE_BYTES - 1}` },
+        },
+        (res) => {
+          res.on('data', (chunk: Buffer) => {
+            if (Date.now() < endAt) bytes += chunk.length;
+          });
+          res.on('end', resolve);
+          res.on('error', () => resolve());
+        },
+      );
+      req.on('timeout', () => req.destroy());
+      req.on('error', () => {
+        failures++;
+        resolve();
+      });
+      req.end();
+    });
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, startAt - Date.now())));
+  const loop = async (index: number): Promise<void> => {
+    while (Date.now() < endAt) {
+      const peer = mode === 'fixed' ? peers[index % peers.length]! : peers[randomInt(peers.length)]!;
+      await get(peer);
+    }
+  };
+  await Promise.all(Array.from({ length: loops }, (_, index) => loop(index)));
+  // Keep serving while the slowest peers finish their last requests.
+  await new Promise((resolve) => setTimeout(resolve, START_SLACK_MS));
+  for (const agent of agents.values()) agent.destroy();
+  server.close();
+  process.stdout.write(JSON.stringify({ bytes, failures }) + '\n');
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      hosts: { type: 'string', default: '4' },
+      mbps: { type: 'string', default: '200' },
+      loops: { type: 'string', default: '4' },
+      seconds: { type: 'string', default: '8' },
+      worker: { type: 'string' },
+      peers: { type: 'string' },
+      mode: { type: 'string' },
+      'start-at': { type: 'string' },
+    },
+  });
+  if (values.worker !== undefined) return worker(values);
+  const hosts = Number(values.hosts);
+  const mbps = Number(values.mbps);
+  const loops = Number(values.loops);
+  const seconds = Number(values.seconds);
+  if (![hosts, mbps, loops, seconds].every((n) => Number.isInteger(n) && n > 0) || hosts < 2 || hosts > 16) {
+    throw new Error('--hosts (2-16), --mbps, --loops and --seconds must be positive integers');
+  }
+  const problem = await netnsProblem();
+  if (problem !== undefined) {
+    process.stdout.write(`tcp-mix needs network namespaces: ${problem}\n`);
+    return;
+  }
+  const testbed = await createTestbed({ hosts, hostMbps: mbps, originMbps: mbps });
+  const ceiling = (mbps * 1e6 * PAYLOAD_SHARE) / 8 / 1e6;
+  const rows: string[][] = [];
+  try {
+    for (const mode of ['fixed', 'random'] as const) {
+      const startAt = Date.now() + START_SLACK_MS;
+      const children = testbed.hosts.map((host) => {
+        const peers = testbed.hosts.filter((other) => other !== host).map((other) => other.address);
+        const argv = [
+          process.execPath,
+          SELF,
+          '--worker',
+          host.address,
+          '--peers',
+          peers.join(','),
+          '--mode',
+          mode,
+        ];
+        argv.push('--loops', String(loops), '--start-at', String(startAt), '--seconds', String(seconds));
+        const child = testbed.spawnIn(host.ns, argv);
+        let out = '';
+        child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        return { child, output: () => out };
+      });
+      const timeoutMs = START_SLACK_MS * 3 + seconds * 1000 + REQUEST_TIMEOUT_MS;
+      await Promise.all(
+        children.map(async ({ child }) => {
+          if ((await waitForExit(child, timeoutMs)) === undefined) await stopChild(child);
+        }),
+      );
+      const rates = children.map(({ output }) => {
+        const parsed = JSON.parse(output().trim() || '{"bytes":0}') as { bytes: number };
+        return parsed.bytes / seconds / 1e6;
+      });
+      const average = rates.reduce((a, b) => a + b, 0) / rates.length;
+      rows.push([
+        mode,
+        String(loops),
+        Math.min(...rates).toFixed(1),
+        average.toFixed(1),
+        ceiling.toFixed(1),
+        (average / ceiling).toFixed(2),
+      ]);
+    }
+  } finally {
+    await testbed.close();
+  }
+  process.stdout.write(
+    `${hosts} hosts at ${mbps} Mbit/s each way (tc tbf), ${loops} loops per host pulling 1 MiB ranges for ${seconds} s\n\n`,
+  );
+  const header = [
+    'peers',
+    'loops/host',
+    'host MB/s min',
+    'host MB/s avg',
+    'payload ceiling',
+    'avg / ceiling',
+  ];
+  process.stdout.write(textTable(header, rows, [1, 2, 3, 4, 5]).join('\n') + '\n');
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = 1;
+});
