@@ -1,13 +1,16 @@
 /**
- * `node dist/bench/tcp-mix.js [--hosts N] [--mbps B] [--loops K] [--seconds S]`: how full TCP keeps
+ * `node dist/bench/tcp-mix.js [--hosts N] [--mbps B] [--loops K] [--seconds S] [--range-mb R]
+ * [--sockets C]`: how full TCP keeps
  * the testbed's capped links under the swarm's kind of traffic, with no weightcast code in the path.
- * Every host serves 1 MiB ranges of an in-memory buffer over HTTP and pulls 1 MiB ranges from the
- * other hosts with K loops (keep-alive connections, one request after another per loop), two ways:
+ * Every host serves R MiB ranges (default 1) of an in-memory buffer over HTTP and pulls them from the
+ * other hosts with K loops (keep-alive connections, at most C per peer, default K; one request after
+ * another per loop), two ways:
  * `fixed` (loop i always asks the same peer, so every host has the same number of flows each way)
  * and `random` (each request picks a peer at random, as a swarm's parent choice does). Prints each
  * mode's download rate per host against the link's payload ceiling. Needs root and `ip netns`.
  *
- * Worker mode (internal): `--worker ADDRESS --peers A,B --mode M --loops K --start-at MS --seconds S`.
+ * Worker mode (internal): `--worker ADDRESS --peers A,B --mode M --loops K --start-at MS --seconds S
+ * --range-mb R [--sockets C]`.
  */
 
 import { randomBytes, randomInt } from 'node:crypto';
@@ -19,7 +22,6 @@ import { stopChild, waitForExit } from './netns/children.js';
 import { createTestbed, netnsProblem } from './netns/testbed.js';
 
 const PORT = 8090;
-const RANGE_BYTES = 1024 * 1024;
 const BUFFER_RANGES = 16;
 /** tc counts headers: TCP payload of a full-size frame at MTU 1500 is 1448 of 1514 bytes. */
 const PAYLOAD_SHARE = 1448 / 1514;
@@ -35,6 +37,7 @@ async function worker(values: Record<string, string | boolean | undefined>): Pro
   const loops = Number(values['loops']);
   const startAt = Number(values['start-at']);
   const endAt = startAt + Number(values['seconds']) * 1000;
+  const RANGE_BYTES = Number(values['range-mb'] ?? 1) * 1024 * 1024;
   const buffer = randomBytes(RANGE_BYTES * BUFFER_RANGES);
   const server = createServer((req, res) => {
     const match = /bytes=(\d+)-(\d+)/.exec(req.headers.range ?? '');
@@ -44,7 +47,8 @@ async function worker(values: Record<string, string | boolean | undefined>): Pro
     res.end(buffer.subarray(first, last + 1));
   });
   await new Promise<void>((resolve) => server.listen(PORT, address, resolve));
-  const agents = new Map(peers.map((peer) => [peer, new Agent({ keepAlive: true, maxSockets: loops })]));
+  const sockets = Number(values['sockets'] ?? loops);
+  const agents = new Map(peers.map((peer) => [peer, new Agent({ keepAlive: true, maxSockets: sockets })]));
   let bytes = 0;
   let failures = 0;
   const get = (peer: string): Promise<void> =>
@@ -99,6 +103,8 @@ async function main(): Promise<void> {
       peers: { type: 'string' },
       mode: { type: 'string' },
       'start-at': { type: 'string' },
+      sockets: { type: 'string' },
+      'range-mb': { type: 'string', default: '1' },
     },
   });
   if (values.worker !== undefined) return worker(values);
@@ -133,6 +139,8 @@ async function main(): Promise<void> {
           mode,
         ];
         argv.push('--loops', String(loops), '--start-at', String(startAt), '--seconds', String(seconds));
+        if (values.sockets !== undefined) argv.push('--sockets', values.sockets);
+        argv.push('--range-mb', values['range-mb']);
         const child = testbed.spawnIn(host.ns, argv);
         let out = '';
         child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -162,7 +170,7 @@ async function main(): Promise<void> {
     await testbed.close();
   }
   process.stdout.write(
-    `${hosts} hosts at ${mbps} Mbit/s each way (tc tbf), ${loops} loops per host pulling 1 MiB ranges for ${seconds} s\n\n`,
+    `${hosts} hosts at ${mbps} Mbit/s each way (tc tbf), ${loops} loops per host pulling ${values['range-mb']} MiB ranges for ${seconds} s\n\n`,
   );
   const header = [
     'peers',
