@@ -1,5 +1,5 @@
 /**
- * `node dist/bench/trace-report.js LOGDIR`: where a swarm run's time went, from the agents' piece
+ * `node dist/bench/trace-report.js LOGDIR [MODEL]`: where a swarm run's time went, from the agents' piece
  * traces. Run the fan-out with `WEIGHTCAST_TRACE_PIECES=1 node dist/bench/fanout.js --legs swarm
  * --skip-copy-out --keep` and point this at the logs directory it names. Each agent log holds its
  * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
@@ -29,8 +29,12 @@ export interface Fetch {
 const SAMPLE_MS = 10;
 const CONCURRENCY_COLUMNS = 9;
 
-/** Reads every `agent-*.log` in `dir` into fetches with times relative to the first request. */
-export function readTrace(dir: string): Fetch[] {
+/**
+ * Reads every `agent-*.log` in `dir` into fetches with times relative to the first request. Agents
+ * may have fetched several models (bench:fanout warms them up on a small one first): only the model
+ * with the most transfers is read, or `model` (a digest prefix) when given.
+ */
+export function readTrace(dir: string, model?: string): Fetch[] {
   const logs = readdirSync(dir).filter((name) => /^agent-.+\.log$/.test(name));
   const labelOf = new Map<string, string>();
   const raw: Array<{ host: string; event: Record<string, unknown> }> = [];
@@ -48,21 +52,31 @@ export function readTrace(dir: string): Fetch[] {
       }
     }
   }
-  const fetches = raw.map(({ host, event }) => {
-    const at = Number(event['at']);
-    const verifyMs = Number(event['verifyMs'] ?? 0);
-    const endMs = at - verifyMs;
-    const parentUrl = typeof event['parent'] === 'string' ? event['parent'].replace(/\/+$/, '') : undefined;
-    return {
-      host,
-      piece: Number(event['piece']),
-      bytes: Number(event['bytes']),
-      parent: parentUrl === undefined ? 'origin' : (labelOf.get(parentUrl) ?? parentUrl),
-      startMs: endMs - Number(event['ms']),
-      endMs,
-      storedMs: at,
-    };
-  });
+  const perModel = new Map<string, number>();
+  for (const { event } of raw)
+    perModel.set(String(event['model']), (perModel.get(String(event['model'])) ?? 0) + 1);
+  const chosen =
+    model === undefined
+      ? [...perModel.entries()].sort((a, b) => b[1] - a[1])[0]?.[0]
+      : [...perModel.keys()].find((name) => name.startsWith(model));
+  const fetches = raw
+    .filter(({ event }) => String(event['model']) === chosen)
+    .map(({ host, event }) => {
+      const at = Number(event['at']);
+      const verifyMs = Number(event['verifyMs'] ?? 0);
+      const endMs = at - verifyMs;
+      const parentUrl = typeof event['parent'] === 'string' ? event['parent'].replace(/\/+$/, '') : undefined;
+      return {
+        host,
+        piece: Number(event['piece']),
+        bytes: Number(event['bytes']),
+        parent: parentUrl === undefined ? 'origin' : (labelOf.get(parentUrl) ?? parentUrl),
+        startMs: endMs - Number(event['ms']),
+        endMs,
+        storedMs: at,
+      };
+    });
+  if (fetches.length === 0) return fetches;
   const t0 = Math.min(...fetches.map((f) => f.startMs));
   for (const f of fetches) {
     f.startMs -= t0;
@@ -231,7 +245,7 @@ if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(
     process.stderr.write('usage: node dist/bench/trace-report.js LOGDIR (a fan-out run kept with --keep)\n');
     process.exitCode = 2;
   } else {
-    const fetches = readTrace(dir);
+    const fetches = readTrace(dir, process.argv[3]);
     if (fetches.length === 0) {
       process.stderr.write(`${dir}: no piece traces (run the agents with WEIGHTCAST_TRACE_PIECES=1)\n`);
       process.exitCode = 1;

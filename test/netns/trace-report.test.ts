@@ -17,7 +17,7 @@ test('concurrencyShares: share of sampled instants with k spans open', () => {
   );
 });
 
-test('readTrace and report: parents by URL, times from the first request, verified pieces only', async () => {
+test('readTrace and report: the busiest model, parents by URL, times from the first request, verified pieces only', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'wc-trace-'));
   try {
     const piece = (at: number, fields: Record<string, unknown>): string =>
@@ -35,6 +35,7 @@ test('readTrace and report: parents by URL, times from the first request, verifi
       [
         'weightcast agent listening on http://10.0.0.2:7001',
         piece(1110, { piece: 0, from: 'origin' }),
+        piece(90, { piece: 0, from: 'origin', model: 'bb22' }),
         JSON.stringify({ at: 1200, type: 'piece', outcome: 'failed', piece: 1, bytes: 0, ms: 5 }),
         '{"cut short',
       ].join('\n'),
@@ -53,6 +54,11 @@ test('readTrace and report: parents by URL, times from the first request, verifi
         ['host1', 'origin', 0, 100, 110],
         ['host2', 'host1', 150, 250, 260],
       ],
+    );
+    assert.deepEqual(
+      readTrace(dir, 'bb').map((f) => [f.host, f.startMs]),
+      [['host1', 0]],
+      'another model, when asked for by prefix',
     );
     const text = report(fetches);
     assert.match(text, /2 verified transfers to 2 hosts; last stored at 0\.26 s/);
