@@ -16,7 +16,7 @@
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
  * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
- * --origin-readers K (the simulator's choice), --legs naive,swarm, --work DIR (the temp dir),
+ * --origin-readers K (the simulator's choice), --ring-parents K (experimental, 0), --legs naive,swarm, --work DIR (the temp dir),
  * --loopback, --keep, --json.
  */
 
@@ -104,6 +104,8 @@ interface Options {
   skipCopyOut: boolean;
   /** Size of the model the agents fetch first, unmeasured (0: none). */
   warmUpMb: number;
+  /** Experimental ring pairings for the scheduler and the simulator (0: off). */
+  ringParents: number;
 }
 
 class UsageError extends Error {}
@@ -125,6 +127,7 @@ function parseOptions(argv: readonly string[]): Options {
       json: { type: 'boolean', default: false },
       'skip-copy-out': { type: 'boolean', default: false },
       'warm-up-mb': { type: 'string', default: '64' },
+      'ring-parents': { type: 'string', default: '0' },
     },
     strict: true,
   });
@@ -153,6 +156,7 @@ function parseOptions(argv: readonly string[]): Options {
     json: values.json,
     skipCopyOut: values['skip-copy-out'],
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
+    ringParents: integer(values['ring-parents'], '--ring-parents', 0, 64),
   };
 }
 
@@ -240,6 +244,7 @@ async function predict(
     '--origin-mbps',
     String(setting.originMbps * payloadShare),
     ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
+    ...(options.ringParents > 0 ? ['--ring-parents', String(options.ringParents)] : []),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -655,6 +660,7 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     '--host',
     hostSet.origin.address,
     ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
+    ...(options.ringParents > 0 ? ['--ring-parents', String(options.ringParents)] : []),
   ];
   const scheduler = spawnLogged(hostSet, hostSet.origin.ns, schedulerArgv, logDir, 'scheduler');
   services.push(scheduler);

@@ -38,6 +38,8 @@ export interface SimOptions {
   uploadsPerHost: number;
   originReaders: number;
   hedgeTailPieces: number;
+  /** SwarmConfig.ringParents (experimental; default 0 = off). */
+  ringParents?: number;
   /** Virtual time step; by default an eighth of a piece's transfer time at a fair share. */
   tickMs?: number;
   /** Request the next piece when a transfer has one latency left (default true). */
@@ -134,6 +136,7 @@ class SimRun {
       uploadsPerHostMax: options.uploadsPerHost,
       hedgeTailPieces: options.hedgeTailPieces,
       randomSeed: options.seed,
+      ringParents: options.ringParents ?? 0,
     });
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
     this.failures = this.planFailures();

@@ -37,6 +37,18 @@ test('the same seed replays the same run; another seed gives another', () => {
   assert.notDeepEqual(c, a, `seeds ${seed} and ${seed + 1} gave the same run`);
 });
 
+test('with ring pairings (experimental) runs replay from the seed and complete with the origin sending each byte once', () => {
+  const seed = 13;
+  const a = simulate(options({ seed, ringParents: 4, failHosts: 2 }));
+  assert.deepEqual(
+    simulate(options({ seed, ringParents: 4, failHosts: 2 })),
+    a,
+    `seed ${seed} did not replay`,
+  );
+  assert.equal(a.incomplete, false, `seed ${seed}`);
+  assert.ok(a.originRatio <= 1.05, `seed ${seed}: origin sent ${a.originRatio} x S`);
+});
+
 test('a small swarm completes close to the fluid bound with the origin sending each byte about once', () => {
   const seed = 3;
   const result = simulate(options({ seed }));

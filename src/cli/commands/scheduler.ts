@@ -16,6 +16,7 @@ interface SchedulerFlags {
   originReaders: string;
   hostTimeoutMs: string;
   seed: string;
+  ringParents: string;
   catalog?: string;
   json?: boolean;
 }
@@ -37,6 +38,11 @@ export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, 
       String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
     )
     .option('--seed <n>', 'seed of the scheduling tie-breaks', '1')
+    .option(
+      '--ring-parents <k>',
+      'experimental: each host downloads first from the next k hosts by id (0 = off)',
+      String(SWARM_SERVICE_DEFAULTS.ringParents),
+    )
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
@@ -57,6 +63,7 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
       hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
+      ringParents: parseRingParents(flags.ringParents),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
         else if (event.type === 'swarm-created')
@@ -74,3 +81,17 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
     return reportError(io, error, json);
   }
 }
+
+/** `--ring-parents`: 0 (off) or a positive integer. */
+export function parseRingParents(text: string): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isInteger(value) || value < 0 || value > RING_PARENTS_MAX) {
+    throw new WeightcastError(
+      'USAGE',
+      `--ring-parents must be 0 (off) or an integer up to ${RING_PARENTS_MAX}, got ${JSON.stringify(text)}`,
+    );
+  }
+  return value;
+}
+
+const RING_PARENTS_MAX = 64;

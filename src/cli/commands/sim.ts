@@ -3,6 +3,7 @@
 import type { Command } from 'commander';
 import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
+import { parseRingParents } from './scheduler.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
 import { WeightcastError } from '../../errors.js';
@@ -22,6 +23,7 @@ interface SimFlags {
   uploads: string;
   originReaders?: string;
   hedgeTail: string;
+  ringParents: string;
   json?: boolean;
 }
 
@@ -48,6 +50,11 @@ export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExi
     .option('--uploads <n>', 'pieces a host uploads at once', '4')
     .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)')
     .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4')
+    .option(
+      '--ring-parents <k>',
+      'experimental: each host downloads first from the next k hosts by id (0 = off)',
+      '0',
+    )
     .option('--json', 'print one JSON object')
     .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
 };
@@ -83,6 +90,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
     originReaders: 0,
     hedgeTailPieces: numberFlag(flags.hedgeTail, '--hedge-tail', 0),
+    ringParents: parseRingParents(flags.ringParents),
   };
   options.originReaders =
     flags.originReaders === undefined

@@ -66,6 +66,9 @@ import {
 /** Host ids are array indices: at most this many. */
 export const HOSTS_MAX = 1 << 16;
 /** Parked hosts tried per free upload slot of a parent on the offer queue, and misses in a row allowed. */
+/** ringParents: bitfield words examined and candidate pieces compared per ring assignment. */
+const RING_WORDS_MAX = 256;
+const RING_CANDIDATES_MAX = 8;
 const OFFER_TRIES_PER_SLOT = 2;
 const OFFER_MISSES_MAX = 2;
 /**
@@ -119,6 +122,9 @@ export class SwarmCore {
 
   /** Per host: held pieces (undefined while absent), how many, present, seed. */
   private held: Array<Uint32Array | undefined> = [];
+  /** SwarmConfig.ringParents: fixed parents per host, 0 when off. */
+  private readonly ringParents: number;
+  private readonly ringLive = new Set<number>();
   private heldCounts = new Int32Array(0);
   private present = new Uint8Array(0);
   private seed = new Uint8Array(0);
@@ -153,6 +159,7 @@ export class SwarmCore {
     this.pieceBytes = config.pieceBytes;
     this.lastPieceBytes = config.totalBytes - (config.pieceCount - 1) * config.pieceBytes;
     this.downloadsMax = config.downloadsPerHostMax;
+    this.ringParents = config.ringParents ?? 0;
     this.uploadsMax = config.uploadsPerHostMax;
     this.hedgeTailPieces = config.hedgeTailPieces;
     this.sweepIntervalMs = config.sweepIntervalMs ?? SWEEP_INTERVAL_MS_DEFAULT;
@@ -509,6 +516,7 @@ export class SwarmCore {
   private assignOne(host: number): boolean {
     if (this.priority.length(host) > 0 && this.assignPriority(host)) return true;
     if (this.originMayServe(host) && this.assignFirstCopy(host)) return true;
+    if (this.ringParents > 0 && this.assignRing(host)) return true;
     if (this.search.freeUploaders > 0 && this.lackingAvailable(host) > 0 && this.assignRarest(host))
       return true;
     return this.lacking(host) <= this.hedgeTailPieces && this.assignHedge(host);
@@ -840,6 +848,59 @@ export class SwarmCore {
 
   // ---- transfers ----------------------------------------------------------------------------------
 
+  /** SwarmConfig.ringParents: a piece from the first ring parent without a live transfer to `host`. */
+  private assignRing(host: number): boolean {
+    const live = this.ringLive;
+    live.clear();
+    for (
+      let slot = this.transfers.firstDownload(host);
+      slot !== NONE;
+      slot = this.transfers.nextDownload(slot)
+    ) {
+      if (!this.transfers.isEnding(slot)) live.add(this.transfers.from[slot]!);
+    }
+    const hosts = this.present.length;
+    let found = 0;
+    for (let step = 1; step < hosts && found < this.ringParents; step++) {
+      const parent = (host + step) % hosts;
+      if (this.present[parent] !== 1) continue;
+      found++;
+      if (live.has(parent) || this.parents.isDemoted(parent) || this.parents.banned[parent] === 1) continue;
+      if (this.transfers.uploads[parent]! >= this.uploadsMax) continue;
+      const piece = this.samplePieceFrom(parent, host);
+      if (piece === NONE) continue;
+      this.start(host, piece, parent, false);
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * The rarest of up to RING_CANDIDATES_MAX pieces `parent` holds and `host` neither holds nor has in
+   * flight, looking at up to RING_WORDS_MAX bitfield words from a random one; NONE if none there.
+   */
+  private samplePieceFrom(parent: number, host: number): number {
+    const held = this.held[host]!;
+    const theirs = this.held[parent]!;
+    const words = held.length;
+    const first = this.random.below(words);
+    let best = NONE;
+    let candidates = 0;
+    for (let step = 0; step < Math.min(words, RING_WORDS_MAX) && candidates < RING_CANDIDATES_MAX; step++) {
+      const word = (first + step) % words;
+      let bits = (theirs[word]! & ~held[word]!) >>> 0;
+      while (bits !== 0 && candidates < RING_CANDIDATES_MAX) {
+        const bit = 31 - Math.clz32(bits);
+        bits = (bits & ~(1 << bit)) >>> 0;
+        const piece = word * 32 + bit;
+        if (piece >= this.pieceCount || this.inFlight.has(host, piece)) continue;
+        candidates++;
+        if (best === NONE || this.rarity.count[piece]! < this.rarity.count[best]!) best = piece;
+      }
+    }
+    return best;
+  }
+
   private start(host: number, piece: number, from: number, hedge: boolean): void {
     const slot = this.transfers.start(host, piece, from, hedge);
     this.inFlight.add(host, piece);
@@ -1021,6 +1082,8 @@ function validateConfig(config: SwarmConfig): void {
     perHost === undefined || (Number.isInteger(perHost) && perHost > 0),
     'originReadersPerHostMax must be > 0',
   );
+  const ring = config.ringParents;
+  assert(ring === undefined || (Number.isInteger(ring) && ring >= 0), 'ringParents must be >= 0');
 }
 
 function labelId(ids: Map<string, number>, label: string | undefined): number {

@@ -48,6 +48,14 @@ export interface SwarmConfig {
    * re-plan a few of them (a safety net; reports normally wake them). Default 1000 ms.
    */
   sweepIntervalMs?: number;
+  /**
+   * Ring pairings (experimental, default 0 = off): host h downloads first from the next K present
+   * hosts by id (h+1, h+2, ...), at most one live transfer from each, taking the rarest of a sample
+   * of the pieces that parent holds and h lacks; the usual choice fills the other slots. Every host
+   * then serves about K children, a fixed and balanced pattern that TCP fills better than one that
+   * changes with every piece (bench:tcp). Ignores racks and zones.
+   */
+  ringParents?: number;
 }
 
 /** A transfer the core wants started: `host` fetches `piece` from `from` (a host or ORIGIN). */

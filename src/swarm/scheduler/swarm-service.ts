@@ -30,6 +30,8 @@ export interface SwarmServiceOptions {
   /** A host not heard from for this long is dropped and its transfers re-planned. */
   hostTimeoutMs: number;
   randomSeed: number;
+  /** SwarmConfig.ringParents (experimental; 0 = off). */
+  ringParents: number;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
@@ -39,6 +41,7 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   uploadsPerHost: 4,
   hostTimeoutMs: 10_000,
   randomSeed: 1,
+  ringParents: 0,
 };
 
 /** Peers a sync reply lists for the agent's fallback mode. */
@@ -84,6 +87,7 @@ export class SwarmService {
       uploadsPerHostMax: options.uploadsPerHost,
       hedgeTailPieces: Math.max(2, options.downloadsPerHost),
       randomSeed: options.randomSeed,
+      ringParents: options.ringParents,
     };
     this.core = new SwarmCore(config);
   }

@@ -1,0 +1,49 @@
+/** Ring pairings (SwarmConfig.ringParents): each host asks its next K hosts by id first. */
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ORIGIN } from '../../src/swarm/core/types.js';
+import { Driver, hostSpec, makeConfig, range } from './harness.js';
+
+test('ringParents: a host takes one piece from each of its next K hosts by id before anyone else', () => {
+  for (const seed of [1, 2, 3, 4]) {
+    const config = makeConfig({ pieceCount: 64, randomSeed: seed, downloadsPerHostMax: 4, ringParents: 2 });
+    const driver = new Driver(config, seed);
+    // Hosts 1-4 hold every piece; host 0 holds nothing. Host 0's ring is hosts 1 and 2.
+    for (const id of [1, 2, 3, 4]) driver.add(hostSpec(id), range(0, 64));
+    driver.add(hostSpec(0));
+    const first = driver.poll().filter((a) => a.host === 0);
+    assert.equal(first.length, 4, `seed ${seed}`);
+    assert.deepEqual(
+      first.slice(0, 2).map((a) => a.from),
+      [1, 2],
+      `seed ${seed}: the ring parents come first, one live transfer each`,
+    );
+    assert.ok(
+      first.slice(2).every((a) => a.from !== ORIGIN),
+      `seed ${seed}: the other slots are filled the usual way`,
+    );
+    driver.core.checkInvariants();
+    assert.ok(driver.runUntilComplete([0]) >= 0, `seed ${seed}: stalled`);
+    driver.core.checkInvariants();
+  }
+});
+
+test('ringParents: the ring skips absent hosts and wraps around; a parent with nothing new is passed over', () => {
+  const config = makeConfig({ pieceCount: 32, ringParents: 2, downloadsPerHostMax: 2 });
+  const driver = new Driver(config, 5);
+  // Ids 0, 2, 5: host 5's ring wraps to 0 and 2. Host 0 holds nothing host 5 lacks.
+  driver.add(hostSpec(0), range(0, 8));
+  driver.add(hostSpec(2), range(0, 32));
+  driver.add(hostSpec(5), range(0, 8));
+  const toFive = driver.poll().filter((a) => a.host === 5);
+  assert.equal(toFive.length, 2);
+  assert.equal(toFive[0]!.from, 2, 'host 0 has nothing host 5 lacks, so its ring gives host 2');
+  assert.ok(toFive.every((a) => a.piece >= 8));
+  driver.core.checkInvariants();
+});
+
+test('ringParents must be a non-negative integer', () => {
+  assert.throws(() => new Driver(makeConfig({ ringParents: -1 })), /ringParents/);
+  assert.throws(() => new Driver(makeConfig({ ringParents: 1.5 })), /ringParents/);
+});
