@@ -47,3 +47,17 @@ test('ringParents must be a non-negative integer', () => {
   assert.throws(() => new Driver(makeConfig({ ringParents: -1 })), /ringParents/);
   assert.throws(() => new Driver(makeConfig({ ringParents: 1.5 })), /ringParents/);
 });
+
+test('ringParents: a host with a rack label rings with its rack-mates only', () => {
+  for (const seed of [1, 2, 3]) {
+    const config = makeConfig({ pieceCount: 32, randomSeed: seed, downloadsPerHostMax: 2, ringParents: 1 });
+    const driver = new Driver(config, seed);
+    driver.add(hostSpec(1, { zone: 'z', rack: 'b' }), range(0, 32));
+    driver.add(hostSpec(2, { zone: 'z', rack: 'a' }), range(0, 32));
+    driver.add(hostSpec(3, { zone: 'z', rack: 'b' }), range(0, 32));
+    driver.add(hostSpec(0, { zone: 'z', rack: 'a' }));
+    const toZero = driver.poll().filter((a) => a.host === 0);
+    assert.equal(toZero[0]?.from, 2, `seed ${seed}: host 1 is next by id but in another rack`);
+    driver.core.checkInvariants();
+  }
+});

@@ -860,10 +860,13 @@ export class SwarmCore {
       if (!this.transfers.isEnding(slot)) live.add(this.transfers.from[slot]!);
     }
     const hosts = this.present.length;
+    // A host with a rack label rings with its rack-mates only: pairings stay off the rack uplink.
+    const rack = this.search.rackOf(host);
     let found = 0;
     for (let step = 1; step < hosts && found < this.ringParents; step++) {
       const parent = (host + step) % hosts;
       if (this.present[parent] !== 1) continue;
+      if (rack !== NONE && this.search.rackOf(parent) !== rack) continue;
       found++;
       if (live.has(parent) || this.parents.isDemoted(parent) || this.parents.banned[parent] === 1) continue;
       if (this.transfers.uploads[parent]! >= this.uploadsMax) continue;

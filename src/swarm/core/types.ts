@@ -53,7 +53,7 @@ export interface SwarmConfig {
    * hosts by id (h+1, h+2, ...), at most one live transfer from each, taking the rarest of a sample
    * of the pieces that parent holds and h lacks; the usual choice fills the other slots. Every host
    * then serves about K children, a fixed and balanced pattern that TCP fills better than one that
-   * changes with every piece (bench:tcp). Ignores racks and zones.
+   * changes with every piece (bench:tcp). A host with a rack label rings with its rack-mates only.
    */
   ringParents?: number;
 }
