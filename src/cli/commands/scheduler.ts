@@ -6,6 +6,7 @@ import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
+import { parseRingParents, ringParentsOption } from '../ring-parents.js';
 import { CatalogStore } from '../../seed/catalog/store.js';
 import { catalogRoutes } from '../../seed/catalog/routes.js';
 import type { RegisterCommand } from './index.js';
@@ -22,7 +23,7 @@ interface SchedulerFlags {
 }
 
 export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
+  const command = program
     .command('scheduler')
     .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
     .option('--port <port>', 'port to listen on (0 = any)', '7000')
@@ -37,12 +38,8 @@ export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, 
       'drop an agent not heard from for this long',
       String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
     )
-    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1')
-    .option(
-      '--ring-parents <k>',
-      'experimental: each host downloads first from the next k hosts by id (0 = off)',
-      String(SWARM_SERVICE_DEFAULTS.ringParents),
-    )
+    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
+  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents)
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
@@ -81,17 +78,3 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
     return reportError(io, error, json);
   }
 }
-
-/** `--ring-parents`: 0 (off) or a positive integer. */
-export function parseRingParents(text: string): number {
-  const value = Number(text);
-  if (text.trim() === '' || !Number.isInteger(value) || value < 0 || value > RING_PARENTS_MAX) {
-    throw new WeightcastError(
-      'USAGE',
-      `--ring-parents must be 0 (off) or an integer up to ${RING_PARENTS_MAX}, got ${JSON.stringify(text)}`,
-    );
-  }
-  return value;
-}
-
-const RING_PARENTS_MAX = 64;

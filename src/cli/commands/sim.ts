@@ -3,7 +3,7 @@
 import type { Command } from 'commander';
 import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
-import { parseRingParents } from './scheduler.js';
+import { parseRingParents, ringParentsOption } from '../ring-parents.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
 import { WeightcastError } from '../../errors.js';
@@ -28,7 +28,7 @@ interface SimFlags {
 }
 
 export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
+  const command = program
     .command('sim')
     .description(
       'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
@@ -49,12 +49,8 @@ export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExi
     .option('--downloads <n>', 'pieces a host downloads at once', '4')
     .option('--uploads <n>', 'pieces a host uploads at once', '4')
     .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)')
-    .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4')
-    .option(
-      '--ring-parents <k>',
-      'experimental: each host downloads first from the next k hosts by id (0 = off)',
-      '0',
-    )
+    .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4');
+  ringParentsOption(command, 0)
     .option('--json', 'print one JSON object')
     .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
 };
