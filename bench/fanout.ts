@@ -16,7 +16,7 @@
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
  * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
- * --origin-readers K (the simulator's choice), --ring-parents K (experimental, 0), --legs naive,swarm, --work DIR (the temp dir),
+ * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default), --legs naive,swarm, --work DIR (the temp dir),
  * --loopback, --keep, --json.
  */
 
@@ -32,6 +32,7 @@ import { parseArgs } from 'node:util';
 import { buildManifest } from '../src/manifest/build.js';
 import { manifestDigest, totalBytes, totalPieces, writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
+import { RING_PARENTS_DEFAULT } from '../src/swarm/core/index.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
 import {
@@ -127,7 +128,7 @@ function parseOptions(argv: readonly string[]): Options {
       json: { type: 'boolean', default: false },
       'skip-copy-out': { type: 'boolean', default: false },
       'warm-up-mb': { type: 'string', default: '64' },
-      'ring-parents': { type: 'string', default: '0' },
+      'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
     },
     strict: true,
   });
@@ -244,7 +245,8 @@ async function predict(
     '--origin-mbps',
     String(setting.originMbps * payloadShare),
     ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
-    ...(options.ringParents > 0 ? ['--ring-parents', String(options.ringParents)] : []),
+    '--ring-parents',
+    String(options.ringParents),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -660,7 +662,8 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     '--host',
     hostSet.origin.address,
     ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
-    ...(options.ringParents > 0 ? ['--ring-parents', String(options.ringParents)] : []),
+    '--ring-parents',
+    String(options.ringParents),
   ];
   const scheduler = spawnLogged(hostSet, hostSet.origin.ns, schedulerArgv, logDir, 'scheduler');
   services.push(scheduler);

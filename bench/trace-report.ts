@@ -28,6 +28,10 @@ export interface Fetch {
 
 const SAMPLE_MS = 10;
 const CONCURRENCY_COLUMNS = 9;
+/** Parents counted in a host's "top" share (the default downloads per host). */
+const TOP_PARENTS = 4;
+/** A transfer starts a cold pair when its pair moved nothing in this many ms before it. */
+const COLD_GAP_MS = 200;
 
 /**
  * Reads every `agent-*.log` in `dir` into fetches with times relative to the first request. Agents
@@ -103,6 +107,34 @@ export function concurrencyShares(
   return Array.from(counts, (count) => (samples === 0 ? 0 : (count ?? 0) / samples));
 }
 
+/**
+ * Of `own` (one host's transfers), the peer-served ones: the share from its TOP_PARENTS most used
+ * parents, and the share that started a cold pair (nothing between the two hosts in flight or ended
+ * within COLD_GAP_MS; TCP then restarts from a small window and the pairings keep changing).
+ */
+export function pairingShares(own: readonly Fetch[]): { top: number; cold: number } {
+  const peers = own.filter((f) => f.parent !== 'origin').sort((a, b) => a.startMs - b.startMs);
+  if (peers.length === 0) return { top: Number.NaN, cold: Number.NaN };
+  const perParent = new Map<string, number>();
+  for (const f of peers) perParent.set(f.parent, (perParent.get(f.parent) ?? 0) + 1);
+  const top = [...perParent.values()]
+    .sort((a, b) => b - a)
+    .slice(0, TOP_PARENTS)
+    .reduce((a, b) => a + b, 0);
+  const busyUntil = new Map<string, number>();
+  let cold = 0;
+  for (const f of peers) {
+    const until = busyUntil.get(f.parent);
+    if (until === undefined || until + COLD_GAP_MS < f.startMs) cold++;
+    busyUntil.set(f.parent, Math.max(until ?? -Infinity, f.endMs));
+  }
+  return { top: top / peers.length, cold: cold / peers.length };
+}
+
+function percent(share: number): string {
+  return Number.isNaN(share) ? '-' : String(Math.round(share * 100));
+}
+
 function quantile(values: number[], q: number): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
@@ -134,14 +166,22 @@ export function report(fetches: readonly Fetch[]): string {
   lines.push(
     `${fetches.length} verified transfers to ${hosts.length} hosts; last stored at ${(endMs / 1000).toFixed(2)} s`,
   );
-  lines.push('', "Downloads in flight per host (% of the host's time from 0 to its last piece):");
+  lines.push(
+    '',
+    `Per host: pieces, from the origin, peer pieces from its ${TOP_PARENTS} most used parents (top %) and`,
+    `starting a cold pair (cold %: nothing with that parent for ${COLD_GAP_MS} ms before), transfer times,`,
+    "and downloads in flight (% of the host's time from 0 to its last piece):",
+  );
   const hostRows = hosts.map((host) => {
     const own = fetches.filter((f) => f.host === host);
     const last = Math.max(...own.map((f) => f.storedMs));
+    const pairing = pairingShares(own);
     return [
       host,
       String(own.length),
       String(own.filter((f) => f.parent === 'origin').length),
+      percent(pairing.top),
+      percent(pairing.cold),
       (last / 1000).toFixed(2),
       quantile(
         own.map((f) => f.endMs - f.startMs),
@@ -160,9 +200,20 @@ export function report(fetches: readonly Fetch[]): string {
   });
   lines.push(
     ...textTable(
-      ['host', 'pieces', 'origin', 'done s', 'ms p50', 'ms p90', 'verify p50', ...CONCURRENCY_HEADERS],
+      [
+        'host',
+        'pieces',
+        'origin',
+        `top${TOP_PARENTS} %`,
+        'cold %',
+        'done s',
+        'ms p50',
+        'ms p90',
+        'verify p50',
+        ...CONCURRENCY_HEADERS,
+      ],
       hostRows,
-      rightFrom(1, 7 + CONCURRENCY_COLUMNS),
+      rightFrom(1, 9 + CONCURRENCY_COLUMNS),
     ),
   );
 

@@ -1,5 +1,5 @@
 /**
- * `--ring-parents K`, shared by `scheduler` and `sim` (SwarmConfig.ringParents, experimental): the
+ * `--ring-parents K`, shared by `scheduler` and `sim` (SwarmConfig.ringParents): the
  * option's text and its parsing, so the two commands accept and describe it alike.
  */
 
@@ -11,7 +11,7 @@ const RING_PARENTS_MAX = 64;
 export function ringParentsOption(command: Command, defaultValue: number): Command {
   return command.option(
     '--ring-parents <k>',
-    'experimental: each host downloads first from the next k hosts by id (0 = off)',
+    'each host downloads first from the next k hosts by id, one piece at a time from each (0 = off)',
     String(defaultValue),
   );
 }

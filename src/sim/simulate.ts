@@ -13,7 +13,7 @@
 import { assert } from '../errors.js';
 import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
-import { ORIGIN, type HostSpec } from '../swarm/core/types.js';
+import { ORIGIN, RING_PARENTS_DEFAULT, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
 import type { FlowEvents } from './flow-events.js';
 import { FluidNetwork, type Endpoint } from './network.js';
@@ -38,7 +38,7 @@ export interface SimOptions {
   uploadsPerHost: number;
   originReaders: number;
   hedgeTailPieces: number;
-  /** SwarmConfig.ringParents (experimental; default 0 = off). */
+  /** SwarmConfig.ringParents (default RING_PARENTS_DEFAULT; 0 = off). */
   ringParents?: number;
   /** Virtual time step; by default an eighth of a piece's transfer time at a fair share. */
   tickMs?: number;
@@ -136,7 +136,7 @@ class SimRun {
       uploadsPerHostMax: options.uploadsPerHost,
       hedgeTailPieces: options.hedgeTailPieces,
       randomSeed: options.seed,
-      ringParents: options.ringParents ?? 0,
+      ringParents: options.ringParents ?? RING_PARENTS_DEFAULT,
     });
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
     this.failures = this.planFailures();

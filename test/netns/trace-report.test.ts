@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { concurrencyShares, readTrace, report } from '../../bench/trace-report.js';
+import { concurrencyShares, pairingShares, readTrace, report, type Fetch } from '../../bench/trace-report.js';
 
 test('concurrencyShares: share of sampled instants with k spans open', () => {
   // 0-100 ms: one span; 100-200: two; 200-300: none (10 ms samples).
@@ -15,6 +15,34 @@ test('concurrencyShares: share of sampled instants with k spans open', () => {
     concurrencyShares(spans, 0, 300).map((share) => Math.round(share * 30)),
     [10, 10, 10],
   );
+});
+
+test('pairingShares: top parents share and cold pair starts, origin pieces left out', () => {
+  const fetch = (parent: string, startMs: number, endMs: number): Fetch => ({
+    host: 'h',
+    piece: 0,
+    bytes: 1,
+    parent,
+    startMs,
+    endMs,
+    storedMs: endMs,
+  });
+  const shares = pairingShares([
+    fetch('origin', 0, 100),
+    fetch('a', 0, 100),
+    fetch('a', 150, 250), // warm: 'a' ended 50 ms before
+    fetch('a', 1000, 1100), // cold: 750 ms gap
+    fetch('b', 0, 100),
+    fetch('c', 0, 100),
+    fetch('d', 0, 100),
+    fetch('e', 0, 100),
+    fetch('e', 90, 300), // warm: overlaps the previous one
+  ]);
+  // 8 peer pieces: a 3, e 2, then b/c/d one each -> top 4 = 3 + 2 + 1 + 1 = 7 of 8.
+  assert.equal(shares.top, 7 / 8);
+  // Cold: a@0, a@1000, b, c, d, e@0 = 6 of 8.
+  assert.equal(shares.cold, 6 / 8);
+  assert.ok(Number.isNaN(pairingShares([fetch('origin', 0, 1)]).top));
 });
 
 test('readTrace and report: the busiest model, parents by URL, times from the first request, verified pieces only', async () => {
@@ -62,7 +90,8 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
     );
     const text = report(fetches);
     assert.match(text, /2 verified transfers to 2 hosts; last stored at 0\.26 s/);
-    assert.match(text, /^host1 +1 +1 /m);
+    assert.match(text, /^host1 +1 +1 +- +- /m);
+    assert.match(text, /^host2 +1 +0 +100 +100 /m);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -1,4 +1,8 @@
-/** SwarmCore picks the rarest piece a host lacks that some free parent holds, with random tie-breaks. */
+/**
+ * SwarmCore picks the rarest piece a host lacks that some free parent holds, with random tie-breaks.
+ * That is how every slot the ring pairings (core-ring.test.ts) leave free is filled, so these swarms
+ * run with the ring off (ringParents: 0) to see the choice on its own.
+ */
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,7 +16,13 @@ const PIECES = 48;
  */
 function knownSwarm(seed: number, overrides: Parameters<typeof makeConfig>[0] = {}): Driver {
   // Upload slots to spare, so hosts 1..3 fetching from host 0 leave it free for the newcomer.
-  const config = makeConfig({ pieceCount: PIECES, randomSeed: seed, uploadsPerHostMax: 64, ...overrides });
+  const config = makeConfig({
+    pieceCount: PIECES,
+    randomSeed: seed,
+    uploadsPerHostMax: 64,
+    ringParents: 0,
+    ...overrides,
+  });
   const driver = new Driver(config);
   for (let host = 0; host < 4; host++) {
     driver.add(
@@ -98,6 +108,7 @@ test('every assignment is among the rarest pieces the host lacks and a free pare
       randomSeed: seed,
       downloadsPerHostMax: 2,
       uploadsPerHostMax: 2,
+      ringParents: 0,
     });
     const driver = new Driver(config, seed);
     for (let host = 0; host < hosts; host++) {
@@ -152,7 +163,7 @@ test('a host holding more of the rarest pieces than a walk may skip still takes 
   for (const seed of [1, 2, 3]) {
     // Host 1 alone holds pieces 0..1999 (one copy each: the rarest); hosts 2 and 3 hold 2000..2999.
     // Host 1's walk skips its own 2000 rarest pieces and gives up before it reaches what it lacks.
-    const config = makeConfig({ pieceCount: 3000, randomSeed: seed, downloadsPerHostMax: 2 });
+    const config = makeConfig({ pieceCount: 3000, randomSeed: seed, downloadsPerHostMax: 2, ringParents: 0 });
     const driver = new Driver(config, seed);
     driver.add(hostSpec(1), range(0, 2000));
     driver.add(hostSpec(2), range(2000, 3000));

@@ -61,3 +61,55 @@ test('ringParents: a host with a rack label rings with its rack-mates only', () 
     driver.core.checkInvariants();
   }
 });
+
+test('ringParents: a host with only a zone label rings with its zone-mates', () => {
+  const config = makeConfig({ pieceCount: 32, downloadsPerHostMax: 2, ringParents: 1 });
+  const driver = new Driver(config, 3);
+  driver.add(hostSpec(1, { zone: 'b' }), range(0, 32));
+  driver.add(hostSpec(2, { zone: 'a' }), range(0, 32));
+  driver.add(hostSpec(0, { zone: 'a' }));
+  assert.equal(driver.poll().filter((a) => a.host === 0)[0]?.from, 2, 'host 1 is next by id but in zone b');
+});
+
+test('ringParents: the ring parent gives the rarest piece it holds that the host lacks', () => {
+  for (const seed of [1, 2, 3, 4, 5]) {
+    const config = makeConfig({ pieceCount: 64, randomSeed: seed, downloadsPerHostMax: 1, ringParents: 1 });
+    const driver = new Driver(config, seed);
+    // Host 1 (host 0's ring parent) holds everything; hosts 2-4 hold every piece but 40, so piece 40
+    // has one copy and every other piece four.
+    driver.add(hostSpec(1), range(0, 64));
+    for (const id of [2, 3, 4])
+      driver.add(
+        hostSpec(id),
+        range(0, 64).filter((p) => p !== 40),
+      );
+    driver.add(hostSpec(0));
+    const toZero = driver.poll().filter((a) => a.host === 0);
+    assert.deepEqual(
+      toZero.map((a) => [a.from, a.piece]),
+      [[1, 40]],
+      `seed ${seed}`,
+    );
+  }
+});
+
+test('ringParents: a ring parent that sent corrupt bytes is left for the scored choice', () => {
+  for (const seed of [1, 2, 3]) {
+    const config = makeConfig({ pieceCount: 32, randomSeed: seed, downloadsPerHostMax: 1, ringParents: 1 });
+    const driver = new Driver(config, seed);
+    driver.add(hostSpec(1), range(0, 32));
+    driver.add(hostSpec(2), range(0, 32));
+    driver.add(hostSpec(0));
+    const first = driver.poll().find((a) => a.host === 0);
+    assert.equal(first?.from, 1, `seed ${seed}: host 1 is host 0's ring parent`);
+    driver.report(first.transferId, 'corrupt');
+    for (let i = 0; i < 31 && driver.inFlight.length > 0; i++) {
+      const next = driver.inFlight.find((a) => a.host === 0);
+      assert.ok(next !== undefined, `seed ${seed}: host 0 waits for nothing`);
+      assert.equal(next.from, 2, `seed ${seed}: the corrupt ring parent was asked again`);
+      driver.report(next.transferId, 'verified');
+      driver.poll();
+    }
+    driver.core.checkInvariants();
+  }
+});

@@ -1,4 +1,8 @@
-/** Parent choice: locality, idle upload, slow-parent demotion, corrupt-parent bans. */
+/**
+ * Parent choice: locality, idle upload, slow-parent demotion, corrupt-parent bans. Scores choose the
+ * parent of every slot the ring pairings leave free; these swarms run with the ring off
+ * (ringParents: 0) unless a test says otherwise.
+ */
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +12,7 @@ import { Driver, hostSpec, makeConfig, range } from './harness.js';
 const PIECES = 16;
 
 function swarm(seed: number, overrides: Parameters<typeof makeConfig>[0] = {}): Driver {
-  return new Driver(makeConfig({ pieceCount: PIECES, randomSeed: seed, ...overrides }), seed);
+  return new Driver(makeConfig({ pieceCount: PIECES, randomSeed: seed, ringParents: 0, ...overrides }), seed);
 }
 
 test('same rack first, then same zone, then the rest', () => {

@@ -3,6 +3,7 @@
 import type { Command } from 'commander';
 import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
+import { RING_PARENTS_DEFAULT } from '../../swarm/core/index.js';
 import { parseRingParents, ringParentsOption } from '../ring-parents.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
@@ -50,7 +51,7 @@ export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExi
     .option('--uploads <n>', 'pieces a host uploads at once', '4')
     .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)')
     .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4');
-  ringParentsOption(command, 0)
+  ringParentsOption(command, RING_PARENTS_DEFAULT)
     .option('--json', 'print one JSON object')
     .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
 };

@@ -4,7 +4,7 @@
  */
 
 export { SwarmCore, HOSTS_MAX } from './swarm-core.js';
-export { ORIGIN } from './types.js';
+export { ORIGIN, RING_PARENTS_DEFAULT } from './types.js';
 export type {
   Assignment,
   HostId,

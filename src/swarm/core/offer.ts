@@ -58,19 +58,23 @@ export class RecentPieces {
   }
 }
 
-/** The rarest piece in a random window of `parentHeld` that `target` lacks and has not in flight, or -1. */
+/**
+ * The rarest piece in a random window of `windowWords` words of `parentHeld` that `target` lacks and
+ * has not in flight, or -1.
+ */
 export function rarestInWindow(
   parentHeld: Uint32Array,
   target: HostPieces,
   rarity: RarityIndex,
   random: Random,
+  windowWords = OFFER_WINDOW_WORDS,
 ): number {
   const held = target.held;
   const words = held.length;
   const start = random.below(words);
   let best = NONE;
   let bestCopies = Infinity;
-  for (let step = 0; step < Math.min(words, OFFER_WINDOW_WORDS); step++) {
+  for (let step = 0; step < Math.min(words, windowWords); step++) {
     const w = (start + step) % words;
     let wanted = parentHeld[w]! & ~held[w]!;
     while (wanted !== 0) {

@@ -55,6 +55,7 @@ import { RarityIndex } from './rarity.js';
 import { TransferTable } from './transfers.js';
 import {
   ORIGIN,
+  RING_PARENTS_DEFAULT,
   type Assignment,
   type HostId,
   type HostSpec,
@@ -63,12 +64,13 @@ import {
   type TransferReport,
 } from './types.js';
 
+/** ringParents: bitfield words (32 pieces each) a ring parent's offer is chosen from. */
+const RING_WINDOW_WORDS = 32;
+/** ringParents: host ids after a host's own examined for its ring (a bound when few share its rack). */
+const RING_IDS_EXAMINED_MAX = 1024;
 /** Host ids are array indices: at most this many. */
 export const HOSTS_MAX = 1 << 16;
 /** Parked hosts tried per free upload slot of a parent on the offer queue, and misses in a row allowed. */
-/** ringParents: bitfield words examined and candidate pieces compared per ring assignment. */
-const RING_WORDS_MAX = 256;
-const RING_CANDIDATES_MAX = 8;
 const OFFER_TRIES_PER_SLOT = 2;
 const OFFER_MISSES_MAX = 2;
 /**
@@ -124,7 +126,6 @@ export class SwarmCore {
   private held: Array<Uint32Array | undefined> = [];
   /** SwarmConfig.ringParents: fixed parents per host, 0 when off. */
   private readonly ringParents: number;
-  private readonly ringLive = new Set<number>();
   private heldCounts = new Int32Array(0);
   private present = new Uint8Array(0);
   private seed = new Uint8Array(0);
@@ -159,7 +160,7 @@ export class SwarmCore {
     this.pieceBytes = config.pieceBytes;
     this.lastPieceBytes = config.totalBytes - (config.pieceCount - 1) * config.pieceBytes;
     this.downloadsMax = config.downloadsPerHostMax;
-    this.ringParents = config.ringParents ?? 0;
+    this.ringParents = config.ringParents ?? RING_PARENTS_DEFAULT;
     this.uploadsMax = config.uploadsPerHostMax;
     this.hedgeTailPieces = config.hedgeTailPieces;
     this.sweepIntervalMs = config.sweepIntervalMs ?? SWEEP_INTERVAL_MS_DEFAULT;
@@ -733,6 +734,28 @@ export class SwarmCore {
     return piece !== NONE ? piece : rarestInWindow(this.held[parent]!, target, this.rarity, this.random);
   }
 
+  /** Whether `host` has a transfer from `parent` that is not ending. */
+  private downloadsFrom(host: number, parent: number): boolean {
+    for (
+      let slot = this.transfers.firstDownload(host);
+      slot !== NONE;
+      slot = this.transfers.nextDownload(slot)
+    ) {
+      if (this.transfers.from[slot] === parent && !this.transfers.isEnding(slot)) return true;
+    }
+    return false;
+  }
+
+  /**
+   * A piece for `host` from its ring parent: the rarest in a window of the parent's bitfield, else the
+   * parent's newest piece `host` lacks. Rarest first keeps the pieces passed along a ring diverse.
+   */
+  private ringPiece(parent: number, host: number): number {
+    const target = this.targetOf(host);
+    const piece = rarestInWindow(this.held[parent]!, target, this.rarity, this.random, RING_WINDOW_WORDS);
+    return piece !== NONE ? piece : this.recent.newestLacking(parent, target);
+  }
+
   /** `host` takes one offered piece, unless it waits for priority pieces (those come first). */
   private assignOffered(host: number, piece: number, parent: number): void {
     if (this.priority.length(host) === 0 || !this.assignPriority(host)) this.takeOffered(host, piece, parent);
@@ -850,58 +873,29 @@ export class SwarmCore {
 
   /** SwarmConfig.ringParents: a piece from the first ring parent without a live transfer to `host`. */
   private assignRing(host: number): boolean {
-    const live = this.ringLive;
-    live.clear();
-    for (
-      let slot = this.transfers.firstDownload(host);
-      slot !== NONE;
-      slot = this.transfers.nextDownload(slot)
-    ) {
-      if (!this.transfers.isEnding(slot)) live.add(this.transfers.from[slot]!);
-    }
     const hosts = this.present.length;
-    // A host with a rack label rings with its rack-mates only: pairings stay off the rack uplink.
+    // A host with a rack label rings with its rack-mates only, one with just a zone label with its
+    // zone-mates: pairings stay off the rack uplinks and the links between zones.
     const rack = this.search.rackOf(host);
+    const zone = rack === NONE ? this.search.zoneOf(host) : NONE;
+    const steps = Math.min(hosts, RING_IDS_EXAMINED_MAX);
     let found = 0;
-    for (let step = 1; step < hosts && found < this.ringParents; step++) {
+    for (let step = 1; step < steps && found < this.ringParents; step++) {
       const parent = (host + step) % hosts;
       if (this.present[parent] !== 1) continue;
       if (rack !== NONE && this.search.rackOf(parent) !== rack) continue;
+      if (zone !== NONE && this.search.zoneOf(parent) !== zone) continue;
       found++;
-      if (live.has(parent) || this.parents.isDemoted(parent) || this.parents.banned[parent] === 1) continue;
-      if (this.transfers.uploads[parent]! >= this.uploadsMax) continue;
-      const piece = this.samplePieceFrom(parent, host);
+      if (this.transfers.uploads[parent]! >= this.uploadsMax || this.downloadsFrom(host, parent)) continue;
+      // Slow, failing or corrupt parents leave the ring; the scored choice takes over their slot.
+      if (this.parents.isDemoted(parent) || this.parents.banned[parent] === 1) continue;
+      if (this.search.isBannedFor(host, parent)) continue;
+      const piece = this.ringPiece(parent, host);
       if (piece === NONE) continue;
       this.start(host, piece, parent, false);
       return true;
     }
     return false;
-  }
-
-  /**
-   * The rarest of up to RING_CANDIDATES_MAX pieces `parent` holds and `host` neither holds nor has in
-   * flight, looking at up to RING_WORDS_MAX bitfield words from a random one; NONE if none there.
-   */
-  private samplePieceFrom(parent: number, host: number): number {
-    const held = this.held[host]!;
-    const theirs = this.held[parent]!;
-    const words = held.length;
-    const first = this.random.below(words);
-    let best = NONE;
-    let candidates = 0;
-    for (let step = 0; step < Math.min(words, RING_WORDS_MAX) && candidates < RING_CANDIDATES_MAX; step++) {
-      const word = (first + step) % words;
-      let bits = (theirs[word]! & ~held[word]!) >>> 0;
-      while (bits !== 0 && candidates < RING_CANDIDATES_MAX) {
-        const bit = 31 - Math.clz32(bits);
-        bits = (bits & ~(1 << bit)) >>> 0;
-        const piece = word * 32 + bit;
-        if (piece >= this.pieceCount || this.inFlight.has(host, piece)) continue;
-        candidates++;
-        if (best === NONE || this.rarity.count[piece]! < this.rarity.count[best]!) best = piece;
-      }
-    }
-    return best;
   }
 
   private start(host: number, piece: number, from: number, hedge: boolean): void {

@@ -49,14 +49,18 @@ export interface SwarmConfig {
    */
   sweepIntervalMs?: number;
   /**
-   * Ring pairings (experimental, default 0 = off): host h downloads first from the next K present
-   * hosts by id (h+1, h+2, ...), at most one live transfer from each, taking the rarest of a sample
-   * of the pieces that parent holds and h lacks; the usual choice fills the other slots. Every host
-   * then serves about K children, a fixed and balanced pattern that TCP fills better than one that
-   * changes with every piece (bench:tcp). A host with a rack label rings with its rack-mates only.
+   * Ring pairings (default RING_PARENTS_DEFAULT; 0 = off): host h downloads first from the next K
+   * present hosts by id (h+1, h+2, ...), at most one live transfer from each, taking the rarest piece
+   * in a window of that parent's bitfield that h lacks (else the parent's newest such piece); the
+   * usual choice fills the other slots. Every host then serves about K children, a fixed and
+   * balanced pattern that TCP fills better than one that changes with every piece (bench:tcp). A
+   * host with a rack label rings with its rack-mates only.
    */
   ringParents?: number;
 }
+
+/** SwarmConfig.ringParents when not given: one ring parent per default download slot. */
+export const RING_PARENTS_DEFAULT = 4;
 
 /** A transfer the core wants started: `host` fetches `piece` from `from` (a host or ORIGIN). */
 export interface Assignment {

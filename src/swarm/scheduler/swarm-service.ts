@@ -8,7 +8,7 @@
 
 import { WeightcastError } from '../../errors.js';
 import { SwarmCore } from '../core/index.js';
-import { ORIGIN, type Assignment, type SwarmConfig } from '../core/index.js';
+import { ORIGIN, RING_PARENTS_DEFAULT, type Assignment, type SwarmConfig } from '../core/index.js';
 import type { PieceMap } from '../piece-map.js';
 import {
   decodeBitfield,
@@ -30,7 +30,7 @@ export interface SwarmServiceOptions {
   /** A host not heard from for this long is dropped and its transfers re-planned. */
   hostTimeoutMs: number;
   randomSeed: number;
-  /** SwarmConfig.ringParents (experimental; 0 = off). */
+  /** SwarmConfig.ringParents (0 = off). */
   ringParents: number;
 }
 
@@ -41,7 +41,7 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   uploadsPerHost: 4,
   hostTimeoutMs: 10_000,
   randomSeed: 1,
-  ringParents: 0,
+  ringParents: RING_PARENTS_DEFAULT,
 };
 
 /** Peers a sync reply lists for the agent's fallback mode. */
