@@ -8,7 +8,7 @@
  * `journal` (one line per verified piece, see pull/journal.ts) and `store.json` (which model, which
  * boot). With `finalDir` (a pull's destination) a file is synced and renamed from `dataDir` into
  * `finalDir` once every piece of it is verified, so a file under its final name is always complete;
- * its open handle keeps serving peers after the rename.
+ * its open handle keeps serving peers after the rename. Without it nothing is synced (see finishFile).
  *
  * Restart: within one boot the journal is trusted (a kill -9 loses no written bytes); after a reboot
  * journaled pieces are hashed again before they count.
@@ -309,8 +309,11 @@ export class PieceStore {
 
   private async finishFile(fileIndex: number): Promise<void> {
     const state = this.files[fileIndex] as FileState;
-    await state.handle.datasync();
+    // An agent's cache is not synced: within a boot the page cache holds every written byte, and
+    // after a reboot journaled pieces are hashed again. Syncing here held the model's last piece
+    // back by the writeback of the whole file (~0.6 s for 8 agents x 256 MiB on one disk).
     if (this.options.finalDir === undefined || state.final) return;
+    await state.handle.datasync();
     const file = this.map.manifest.files[fileIndex];
     if (file === undefined) return;
     const target = join(this.options.finalDir, file.path);
