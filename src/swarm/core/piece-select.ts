@@ -163,8 +163,8 @@ export class MissingLists {
  * The rarest fetchable piece in a window of `windowMax` entries of `target`'s missing list from a
  * random start (the whole list when it is shorter: then the choice is exactly rarest-first). One
  * pass finds the fewest copies in the window and remembers up to FEWEST_KEPT pieces with that many;
- * parents are looked up for those first, and usually the first has one. If all of them are busy, a
- * second pass takes the rarest piece with a parent, looking up only pieces rarer than its best.
+ * parents are looked up for those first, and usually the first has one. If all of them are busy,
+ * the next levels of copies follow, rarest first, until a parent is found or the lookups run out.
  */
 export function pickFromMissing(
   missing: MissingLists,
@@ -203,18 +203,37 @@ export function pickFromMissing(
     pick.parent = parent;
     return true;
   }
-  let bestCopies = Infinity;
-  for (let i = 0, at = start; i < window && checks < checksMax; i++, at = at + 1 === length ? 0 : at + 1) {
-    const piece = list[at]!;
-    const copies = rarity.count[piece]!;
-    if (copies <= fewest || copies >= bestCopies || hasBit(held, piece) || inFlight.has(host, piece))
-      continue;
-    checks++;
-    const parent = finder.findParent(host, piece, -1);
-    if (parent < 0) continue;
-    bestCopies = copies;
-    pick.piece = piece;
-    pick.parent = parent;
+  // Then the levels of copies in turn, rarest first: each pass finds the fewest copies above the
+  // last level looked at and looks up parents for the pieces with exactly that many. The fewest
+  // level itself comes again when it had more pieces than were kept (the kept ones are skipped).
+  let level = keptCount === FEWEST_KEPT ? fewest - 1 : fewest;
+  while (checks < checksMax) {
+    let next = Infinity;
+    for (let i = 0, at = start; i < window; i++, at = at + 1 === length ? 0 : at + 1) {
+      const piece = list[at]!;
+      const copies = rarity.count[piece]!;
+      if (copies > level && copies < next && !hasBit(held, piece) && !inFlight.has(host, piece))
+        next = copies;
+    }
+    if (next === Infinity) return false;
+    for (let i = 0, at = start; i < window && checks < checksMax; i++, at = at + 1 === length ? 0 : at + 1) {
+      const piece = list[at]!;
+      if (rarity.count[piece] !== next || hasBit(held, piece) || inFlight.has(host, piece)) continue;
+      if (next === fewest && isAmong(kept, keptCount, piece)) continue;
+      checks++;
+      const parent = finder.findParent(host, piece, -1);
+      if (parent < 0) continue;
+      pick.piece = piece;
+      pick.parent = parent;
+      return true;
+    }
+    level = next;
   }
-  return bestCopies !== Infinity;
+  return false;
+}
+
+/** Whether `value` is among the first `count` entries of `list` (no allocation, unlike subarray). */
+function isAmong(list: Int32Array, count: number, value: number): boolean {
+  for (let i = 0; i < count; i++) if (list[i] === value) return true;
+  return false;
 }
