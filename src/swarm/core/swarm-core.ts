@@ -183,7 +183,8 @@ export class SwarmCore {
     );
     this.priority = new PriorityQueues(config.pieceCount);
     // Each download slot may hold one ending transfer besides the one that replaced it.
-    this.inFlight = new InFlightPieces(2 * config.downloadsPerHostMax);
+    // Live transfers (the slots, plus one while reading the origin) and as many ending ones.
+    this.inFlight = new InFlightPieces(2 * config.downloadsPerHostMax + 1);
     this.target.inFlight = this.inFlight;
   }
 
@@ -426,7 +427,7 @@ export class SwarmCore {
       if (present && heldCount < this.pieceCount) downloading++;
       if (this.parked.has(host)) {
         if (!this.isDownloading(host)) assert(false, `host ${host} is parked but not downloading`);
-        if (this.transfers.downloads[host]! >= this.downloadsMax)
+        if (this.transfers.downloads[host]! >= this.downloadSlots(host))
           assert(false, `host ${host} is parked with no free slot`);
       }
       for (let piece = 0; present && piece < this.pieceCount; piece++) {
@@ -509,8 +510,8 @@ export class SwarmCore {
       this.parked.delete(host);
       return;
     }
-    while (this.transfers.downloads[host]! < this.downloadsMax && this.assignOne(host));
-    if (this.transfers.downloads[host]! < this.downloadsMax) this.parked.add(host);
+    while (this.transfers.downloads[host]! < this.downloadSlots(host) && this.assignOne(host));
+    if (this.transfers.downloads[host]! < this.downloadSlots(host)) this.parked.add(host);
     else this.parked.delete(host);
   }
 
@@ -806,7 +807,16 @@ export class SwarmCore {
   }
 
   private parkIfFull(host: number): void {
-    if (this.transfers.downloads[host]! >= this.downloadsMax) this.parked.delete(host);
+    if (this.transfers.downloads[host]! >= this.downloadSlots(host)) this.parked.delete(host);
+  }
+
+  /**
+   * A host's download slots: downloadsPerHostMax, and one more while it reads from the origin. The
+   * origin's link is shared by every host it serves, so its flows are slow; with that extra slot a
+   * host's ring parents keep all their slots (netns fan-out: 12.3-12.5 s instead of 12.7-12.9 s).
+   */
+  private downloadSlots(host: number): number {
+    return this.downloadsMax + (this.origin.transfersTo(host) > 0 ? 1 : 0);
   }
 
   private planAllParked(): void {
