@@ -5,9 +5,11 @@
  * Every host serves R MiB ranges (default 1) of an in-memory buffer over HTTP and pulls them from the
  * other hosts with K loops (keep-alive connections, at most C per peer, default K; one request after
  * another per loop), two ways:
- * `fixed` (loop i always asks the same peer, so every host has the same number of flows each way)
- * and `random` (each request picks a peer at random, as a swarm's parent choice does). Prints each
- * mode's download rate per host against the link's payload ceiling. Needs root and `ip netns`.
+ * `fixed` (loop i always asks the i-th other host by address: balanced only with K = N - 1),
+ * `ring` (loop i of host h always asks host h + 1 + i, wrapping around: every host has K flows each
+ * way, the pattern of the swarm's ring pairings) and `random` (each request picks a peer at random,
+ * as a per-piece parent choice does). Prints each mode's download rate per host against the link's
+ * payload ceiling. Needs root and `ip netns`.
  *
  * Worker mode (internal): `--worker ADDRESS --peers A,B --mode M --loops K --start-at MS --seconds S
  * --range-mb R [--sockets C]`.
@@ -28,7 +30,7 @@ const PAYLOAD_SHARE = 1448 / 1514;
 const START_SLACK_MS = 2000;
 const REQUEST_TIMEOUT_MS = 10_000;
 const SELF = fileURLToPath(import.meta.url);
-type Mode = 'fixed' | 'random';
+type Mode = 'fixed' | 'ring' | 'random';
 
 async function worker(values: Record<string, string | boolean | undefined>): Promise<void> {
   const address = String(values['worker']);
@@ -80,7 +82,8 @@ async function worker(values: Record<string, string | boolean | undefined>): Pro
   await new Promise((resolve) => setTimeout(resolve, Math.max(0, startAt - Date.now())));
   const loop = async (index: number): Promise<void> => {
     while (Date.now() < endAt) {
-      const peer = mode === 'fixed' ? peers[index % peers.length]! : peers[randomInt(peers.length)]!;
+      // The controller lists a ring host's peers from the next one by address on.
+      const peer = mode === 'random' ? peers[randomInt(peers.length)]! : peers[index % peers.length]!;
       await get(peer);
     }
   };
@@ -124,10 +127,14 @@ async function main(): Promise<void> {
   const ceiling = (mbps * 1e6 * PAYLOAD_SHARE) / 8 / 1e6;
   const rows: string[][] = [];
   try {
-    for (const mode of ['fixed', 'random'] as const) {
+    for (const mode of ['fixed', 'ring', 'random'] as const) {
       const startAt = Date.now() + START_SLACK_MS;
-      const children = testbed.hosts.map((host) => {
-        const peers = testbed.hosts.filter((other) => other !== host).map((other) => other.address);
+      const children = testbed.hosts.map((host, index) => {
+        const all = testbed.hosts.map((other) => other.address);
+        const peers =
+          mode === 'ring'
+            ? [...all.slice(index + 1), ...all.slice(0, index)]
+            : all.filter((address) => address !== host.address);
         const argv = [
           process.execPath,
           SELF,
