@@ -52,3 +52,32 @@ test('a prioritized piece no host holds comes from the origin; held and bogus pi
   assert.deepEqual([a!.piece, a!.from], [50, ORIGIN], `seed ${seed}`);
   driver.core.prioritize(0, 77, [3]);
 });
+
+test('a freed origin reader serves the pieces a host waits for before more first copies', () => {
+  for (const seed of [1, 2, 3]) {
+    // One host, every piece only at the origin, two readers: the host reads the origin with two
+    // transfers and, having one more slot while it does, stays parked with a free slot.
+    const config = makeConfig({
+      pieceCount: 64,
+      randomSeed: seed,
+      downloadsPerHostMax: 2,
+      originReadersMax: 2,
+    });
+    const driver = new Driver(config, seed);
+    driver.add(hostSpec(9));
+    const first = driver.poll();
+    assert.deepEqual(
+      first.map((a) => a.from),
+      [ORIGIN, ORIGIN],
+      `seed ${seed}`,
+    );
+    const wanted = [0, 1, 2, 3, 4, 5].filter((p) => !first.some((a) => a.piece === p)).slice(0, 2);
+    driver.core.prioritize(driver.nowMs, 9, wanted);
+    driver.report(first[0]!.transferId, 'verified');
+    assert.deepEqual(
+      driver.poll().map((a) => a.piece),
+      [wanted[0]],
+      `seed ${seed}: the freed reader went to a first copy instead`,
+    );
+  }
+});

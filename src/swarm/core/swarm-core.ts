@@ -677,7 +677,8 @@ export class SwarmCore {
 
   /**
    * The origin's free readers go to parked (idle) hosts first, so first copies spread; a host whose
-   * origin transfer just finished has usually parked too, and waits for its next turn.
+   * origin transfer just finished has usually parked too, and waits for its next turn. A host with
+   * priority pieces gets those first.
    */
   private fillOrigin(): void {
     if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity)) return;
@@ -686,6 +687,11 @@ export class SwarmCore {
       if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity) || this.parked.size === 0)
         return;
       const host = this.parked.random(this.random);
+      // Pieces the host waits for right now come before first copies (a lazy load's next tensor).
+      if (this.priority.length(host) > 0 && this.assignPriority(host)) {
+        this.parkIfFull(host);
+        continue;
+      }
       if (this.origin.transfersTo(host) >= cap || !this.origin.hasTurn(host, this.hostsDownloading, cap))
         continue;
       if (!this.assignFirstCopy(host)) return;
