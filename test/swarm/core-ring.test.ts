@@ -113,3 +113,33 @@ test('ringParents: a ring parent that sent corrupt bytes is left for the scored 
     driver.core.checkInvariants();
   }
 });
+
+test('ringParents: a host reading the origin has one more slot, for a ring parent only', () => {
+  for (const seed of [1, 2, 3]) {
+    const config = makeConfig({
+      pieceCount: 64,
+      randomSeed: seed,
+      downloadsPerHostMax: 2,
+      ringParents: 2,
+      originReadersMax: 1,
+    });
+    const driver = new Driver(config, seed);
+    // Hosts 1 and 2 (host 0's ring) and 5 hold pieces 0-31; 32-63 are only at the origin.
+    for (const id of [1, 2, 5]) driver.add(hostSpec(id), range(0, 32));
+    driver.add(hostSpec(0));
+    const toZero = driver.poll().filter((a) => a.host === 0);
+    assert.deepEqual(
+      toZero.map((a) => a.from),
+      [ORIGIN, 1, 2],
+      `seed ${seed}: the origin, then both ring parents, the second in the extra slot`,
+    );
+    // Once the origin transfer is done, the host is back to two slots: nothing new.
+    driver.report(toZero[0]!.transferId, 'verified');
+    assert.deepEqual(
+      driver.poll().filter((a) => a.host === 0),
+      [],
+      `seed ${seed}: a third transfer without the origin`,
+    );
+    driver.core.checkInvariants();
+  }
+});
