@@ -105,7 +105,7 @@ interface Options {
   skipCopyOut: boolean;
   /** Size of the model the agents fetch first, unmeasured (0: none). */
   warmUpMb: number;
-  /** Experimental ring pairings for the scheduler and the simulator (0: off). */
+  /** Ring pairings (SwarmConfig.ringParents) for the scheduler and the simulator (0: off). */
   ringParents: number;
 }
 
