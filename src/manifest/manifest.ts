@@ -14,6 +14,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { WeightcastError } from '../errors.js';
 import { DTYPES, type Dtype } from '../format/dtype.js';
+import { parseJsonDocument } from '../util/json-document.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 import { merkleRoot } from './merkle.js';
 
@@ -193,33 +194,13 @@ function checkPathsDistinct(source: string, files: readonly ManifestFile[]): voi
 }
 
 export function parseManifest(bytes: Buffer | string, source: string): Manifest {
-  if (bytes.length > MANIFEST_BYTES_MAX) {
-    throw new WeightcastError(
-      'MANIFEST_TOO_LARGE',
-      `${source}: manifest exceeds ${MANIFEST_BYTES_MAX} bytes`,
-      {
-        file: source,
-      },
-    );
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(typeof bytes === 'string' ? bytes : bytes.toString('utf8'));
-  } catch (error) {
-    throw new WeightcastError(
-      'MANIFEST_INVALID',
-      `${source}: not valid JSON`,
-      { file: source },
-      { cause: error },
-    );
-  }
-  const parsed = manifestSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue === undefined ? '' : ` at ${issue.path.join('.') || '(root)'}: ${issue.message}`;
-    throw invalid(source, `not a weightcast manifest${where}`);
-  }
-  const files: ManifestFile[] = parsed.data.files.map((file) => {
+  const body = parseJsonDocument(bytes, source, manifestSchema, {
+    name: 'manifest',
+    bytesMax: MANIFEST_BYTES_MAX,
+    tooLargeCode: 'MANIFEST_TOO_LARGE',
+    invalidCode: 'MANIFEST_INVALID',
+  });
+  const files: ManifestFile[] = body.files.map((file) => {
     const out: ManifestFile = {
       path: file.path,
       size: file.size,
@@ -241,8 +222,8 @@ export function parseManifest(bytes: Buffer | string, source: string): Manifest 
     );
   }
   checkPathsDistinct(source, files);
-  for (const file of files) checkFile(source, file, parsed.data.pieceSize);
-  return { pieceSize: parsed.data.pieceSize, files };
+  for (const file of files) checkFile(source, file, body.pieceSize);
+  return { pieceSize: body.pieceSize, files };
 }
 
 export interface LoadManifestOptions {

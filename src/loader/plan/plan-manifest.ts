@@ -13,6 +13,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { z } from 'zod';
 import { WeightcastError, assert } from '../../errors.js';
 import { DTYPES, DTYPE_BITS, elementCount, type Dtype } from '../../format/dtype.js';
+import { parseJsonDocument } from '../../util/json-document.js';
 import { safeRelativePathProblem } from '../../util/safe-path.js';
 import { sliceShape } from './byte-ranges.js';
 import { PLAN_ARCHITECTURES, type ParallelPlan, type PlanArchitecture, type TensorSlice } from './types.js';
@@ -184,27 +185,12 @@ function invalid(source: string, message: string, details: Record<string, unknow
 
 /** Parses a plan manifest from outside: schema first, then every rank, file and slice cross-checked. */
 export function parsePlanManifest(bytes: Buffer | string, source: string): PlanManifest {
-  if (bytes.length > PLAN_MANIFEST_BYTES_MAX) {
-    throw invalid(source, `plan manifest exceeds ${PLAN_MANIFEST_BYTES_MAX} bytes`);
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(typeof bytes === 'string' ? bytes : bytes.toString('utf8'));
-  } catch (error) {
-    throw new WeightcastError(
-      'PLAN_MANIFEST_INVALID',
-      `${source}: not valid JSON`,
-      { file: source },
-      { cause: error },
-    );
-  }
-  const parsed = manifestSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue === undefined ? '' : ` at ${issue.path.join('.') || '(root)'}: ${issue.message}`;
-    throw invalid(source, `not a weightcast plan manifest${where}`);
-  }
-  const body = parsed.data;
+  const body = parseJsonDocument(bytes, source, manifestSchema, {
+    name: 'plan manifest',
+    bytesMax: PLAN_MANIFEST_BYTES_MAX,
+    tooLargeCode: 'PLAN_MANIFEST_INVALID',
+    invalidCode: 'PLAN_MANIFEST_INVALID',
+  });
   const manifest: PlanManifest = {
     architecture: body.architecture,
     tp: body.tp,
