@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { z } from 'zod';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../errors.js';
-import { readJsonBody, statusOf } from '../swarm/wire/http-json.js';
+import { readJsonBody, sendError, statusOf } from '../swarm/wire/http-json.js';
 
 /** JSON bodies (catalog snapshots of large models included). */
 export const SEED_JSON_BYTES_MAX = 256 * 1024 * 1024;
@@ -117,25 +117,8 @@ export function seedStatusOf(code: ErrorCode): number {
   }
 }
 
-export function sendSeedJson(res: ServerResponse, status: number, body: unknown): void {
-  if (res.headersSent || res.destroyed) return;
-  const bytes = Buffer.from(JSON.stringify(body));
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length });
-  res.end(bytes);
-}
-
 export function sendSeedError(res: ServerResponse, error: unknown): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  if (isWeightcastError(error)) {
-    const status = seedStatusOf(error.code);
-    if (status === 503) res.setHeader('retry-after', '1');
-    sendSeedJson(res, status, { code: error.code, message: error.message });
-    return;
-  }
-  sendSeedJson(res, 500, { code: 'INTERNAL', message: (error as Error)?.message ?? String(error) });
+  sendError(res, error, seedStatusOf);
 }
 
 export { readBody } from '../swarm/wire/http-json.js';

@@ -27,8 +27,8 @@ import {
   readJson,
   registerNodeSchema,
   sendSeedError,
-  sendSeedJson,
 } from '../wire.js';
+import { sendJson } from '../../swarm/wire/http-json.js';
 import { checkedManifest, type CatalogStore } from './store.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */
@@ -50,22 +50,22 @@ async function route(store: CatalogStore, req: IncomingMessage, res: ServerRespo
   const [, , collection, name, action] = parts;
   const method = req.method ?? 'GET';
   if (collection === 'nodes') {
-    if (method === 'GET' && name === undefined) return sendSeedJson(res, 200, { nodes: store.listNodes() });
+    if (method === 'GET' && name === undefined) return sendJson(res, 200, { nodes: store.listNodes() });
     if (method === 'PUT' && name !== undefined && parts.length === 4) {
       const nodeName = parseBody(nodeNameSchema, name, 'node name');
       const body = parseBody(registerNodeSchema, await readJson(req), 'node registration');
-      return sendSeedJson(res, 200, await store.registerNode(nodeName, body.url, body.active));
+      return sendJson(res, 200, await store.registerNode(nodeName, body.url, body.active));
     }
   }
   if (collection === 'models') {
-    if (method === 'GET' && name === undefined) return sendSeedJson(res, 200, { models: store.listModels() });
+    if (method === 'GET' && name === undefined) return sendJson(res, 200, { models: store.listModels() });
     if (name !== undefined) {
       const model = parseBody(modelHexSchema, name, 'model name');
-      if (method === 'GET' && parts.length === 4) return sendSeedJson(res, 200, store.snapshot(model));
+      if (method === 'GET' && parts.length === 4) return sendJson(res, 200, store.snapshot(model));
       if (method === 'POST' && parts.length === 4) {
         const body = parseBody(createModelSchema, await readJson(req), 'model creation');
         const manifest = checkedManifest(body.manifest, model);
-        return sendSeedJson(res, 200, await store.createModel(manifest, body.holders));
+        return sendJson(res, 200, await store.createModel(manifest, body.holders));
       }
       if (method === 'GET' && action === 'manifest' && parts.length === 5) {
         const bytes = await store.manifestBytes(model);
@@ -75,7 +75,7 @@ async function route(store: CatalogStore, req: IncomingMessage, res: ServerRespo
       }
       if (method === 'POST' && action === 'commit' && parts.length === 5) {
         const body = parseBody(commitSchema, await readJson(req), 'commit');
-        return sendSeedJson(res, 200, { results: await store.commit(model, body.updates) });
+        return sendJson(res, 200, { results: await store.commit(model, body.updates) });
       }
     }
   }

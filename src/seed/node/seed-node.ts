@@ -31,9 +31,9 @@ import {
   readBody,
   readJson,
   sendSeedError,
-  sendSeedJson,
   seedCallRaw,
 } from '../wire.js';
+import { sendJson } from '../../swarm/wire/http-json.js';
 import { SeedPieceStore } from './piece-files.js';
 
 export interface SeedNodeOptions {
@@ -100,7 +100,7 @@ export class SeedNode {
     const method = req.method ?? 'GET';
     if (parts[2] !== 'models') throw new WeightcastError('USAGE', `no seed route ${method} ${req.url ?? ''}`);
     if (parts.length === 3 && method === 'GET') {
-      return sendSeedJson(res, 200, { models: this.store.modelList() });
+      return sendJson(res, 200, { models: this.store.modelList() });
     }
     const hex = parseBody(modelHexSchema, parts[3], 'model name');
     if (parts.length === 4 && method === 'PUT') {
@@ -110,7 +110,7 @@ export class SeedNode {
         throw new WeightcastError('MANIFEST_DIGEST_MISMATCH', `the manifest sent is not model ${hex}`);
       }
       await this.store.addModel(manifest);
-      return sendSeedJson(res, 200, { model: hex });
+      return sendJson(res, 200, { model: hex });
     }
     if (parts.length === 5 && parts[4] === 'manifest' && method === 'GET') {
       const bytes = this.store.manifestBytes(hex);
@@ -119,17 +119,16 @@ export class SeedNode {
       return;
     }
     if (parts[4] === 'pieces') {
-      if (parts.length === 5 && method === 'GET')
-        return sendSeedJson(res, 200, { held: this.store.held(hex) });
+      if (parts.length === 5 && method === 'GET') return sendJson(res, 200, { held: this.store.held(hex) });
       const piece = pieceNumber(parts[5]);
       if (parts.length === 6) return this.pieceRoute(hex, piece, method, req, res);
       if (parts.length === 7 && parts[6] === 'verify' && method === 'POST') {
-        return sendSeedJson(res, 200, await this.store.verify(hex, piece));
+        return sendJson(res, 200, await this.store.verify(hex, piece));
       }
       if (parts.length === 7 && parts[6] === 'copy' && method === 'POST') {
         const body = parseBody(copyRequestSchema, await readJson(req), 'copy request');
         const result = await this.copyFrom(hex, piece, body.from, body.bytesPerSecond);
-        return sendSeedJson(res, 200, { result });
+        return sendJson(res, 200, { result });
       }
     }
     if (parts[4] === 'files' && parts.length > 5 && (method === 'GET' || method === 'HEAD')) {
@@ -149,7 +148,7 @@ export class SeedNode {
       const map = this.store.map(hex);
       if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
       const bytes = await readBody(req, map.pieceLength(piece));
-      return sendSeedJson(res, 200, { result: await this.store.put(hex, piece, bytes) });
+      return sendJson(res, 200, { result: await this.store.put(hex, piece, bytes) });
     }
     if (method === 'DELETE') {
       await this.store.remove(hex, piece);

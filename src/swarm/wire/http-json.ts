@@ -65,10 +65,18 @@ export function statusOf(code: ErrorCode): number {
   }
 }
 
-export function sendError(res: ServerResponse, error: unknown): void {
+/**
+ * Answers with the error's code and message under the status `statusFor` gives (statusOf unless a
+ * tier has its own table); a response already under way can only be cut off.
+ */
+export function sendError(res: ServerResponse, error: unknown, statusFor = statusOf): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
   if (isWeightcastError(error)) {
-    const status = statusOf(error.code);
-    if (status === 503 && !res.headersSent) res.setHeader('retry-after', '1');
+    const status = statusFor(error.code);
+    if (status === 503) res.setHeader('retry-after', '1');
     sendJson(res, status, { code: error.code, message: error.message });
     return;
   }
