@@ -6,42 +6,22 @@
  */
 
 import { availableParallelism } from 'node:os';
-import { Worker } from 'node:worker_threads';
-import { WeightcastError, abortError } from '../errors.js';
+import { WeightcastError } from '../errors.js';
+import { WorkerPool } from '../util/worker-pool.js';
 import type { HashRequest, HashResponse } from './hash-protocol.js';
 
 type RequestBody = HashRequest extends infer R ? (R extends HashRequest ? Omit<R, 'id'> : never) : never;
 
-interface Pending {
-  request: HashRequest;
-  signal: AbortSignal | undefined;
-  resolve: (response: HashResponse) => void;
-  reject: (error: Error) => void;
-}
-
 export class HashPool {
-  private readonly idle: Worker[] = [];
-  private readonly all: Worker[] = [];
-  private readonly queue: Pending[] = [];
-  private readonly running = new Map<Worker, Pending>();
+  private readonly pool: WorkerPool<HashRequest, HashResponse>;
   private nextId = 1;
-  private closed = false;
 
   constructor(threads: number = availableParallelism()) {
-    for (let i = 0; i < Math.max(1, threads); i++) this.idle.push(this.spawn());
-  }
-
-  private spawn(): Worker {
-    const worker = new Worker(new URL('./hash-worker.js', import.meta.url));
-    worker.on('message', (response: HashResponse) => this.finish(worker, response));
-    worker.on('error', (error) => this.fail(worker, error));
-    worker.unref();
-    this.all.push(worker);
-    return worker;
+    this.pool = new WorkerPool(new URL('./hash-worker.js', import.meta.url), threads, 'hash pool');
   }
 
   get threads(): number {
-    return this.all.length;
+    return this.pool.threads;
   }
 
   /** SHA-256 of each piece of [offset, offset + length) of a local file; optionally of the whole range. */
@@ -112,62 +92,13 @@ export class HashPool {
     return { digest: response.digests?.[0] ?? '', buffer: response.buffer };
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    for (const pending of this.queue.splice(0))
-      pending.reject(new WeightcastError('ABORTED', 'hash pool closed'));
-    await Promise.all(this.all.map((worker) => worker.terminate()));
+  close(): Promise<void> {
+    return this.pool.close();
   }
 
   private submit(body: RequestBody, signal: AbortSignal | undefined): Promise<HashResponse> {
-    if (this.closed) return Promise.reject(new WeightcastError('ABORTED', 'hash pool closed'));
-    if (signal?.aborted === true) return Promise.reject(abortError(signal, 'hashing'));
     const request: HashRequest = { ...body, id: this.nextId++ };
-    // No abort listener per job: a queued job is dropped when it reaches the front of the queue
-    // after an abort, and a running one finishes (jobs are bounded in size) and is ignored.
-    return new Promise<HashResponse>((resolve, reject) => {
-      this.queue.push({ request, resolve, reject, signal });
-      this.pump();
-    });
-  }
-
-  private pump(): void {
-    while (this.idle.length > 0 && this.queue.length > 0) {
-      const worker = this.idle.pop() as Worker;
-      const pending = this.queue.shift() as Pending;
-      if (pending.signal?.aborted === true) {
-        this.idle.push(worker);
-        pending.reject(abortError(pending.signal, 'hashing'));
-        continue;
-      }
-      this.running.set(worker, pending);
-      worker.ref();
-      const transfer = pending.request.kind === 'buffer' ? [pending.request.buffer] : [];
-      worker.postMessage(pending.request, transfer);
-    }
-  }
-
-  private finish(worker: Worker, response: HashResponse): void {
-    const pending = this.running.get(worker);
-    this.running.delete(worker);
-    worker.unref();
-    this.idle.push(worker);
-    if (pending?.signal?.aborted === true) pending.reject(abortError(pending.signal, 'hashing'));
-    else pending?.resolve(response);
-    this.pump();
-  }
-
-  /** A worker that crashed takes its job down with it; a fresh worker takes its place. */
-  private fail(worker: Worker, error: Error): void {
-    const pending = this.running.get(worker);
-    this.running.delete(worker);
-    this.all.splice(this.all.indexOf(worker), 1);
-    pending?.reject(
-      new WeightcastError('IO', `a hash worker failed: ${error.message}`, {}, { cause: error }),
-    );
-    if (!this.closed) {
-      this.idle.push(this.spawn());
-      this.pump();
-    }
+    const transfer = request.kind === 'buffer' ? [request.buffer] : [];
+    return this.pool.run(request, { transfer, signal });
   }
 }
