@@ -55,12 +55,12 @@ test('a prioritized piece no host holds comes from the origin; held and bogus pi
 
 test('a freed origin reader serves the pieces a host waits for before more first copies', () => {
   for (const seed of [1, 2, 3]) {
-    // One host, every piece only at the origin, two readers: the host reads the origin with two
-    // transfers and, having one more slot while it does, stays parked with a free slot.
+    // One host, every piece only at the origin, two readers and four slots: the host reads the
+    // origin with two transfers and stays parked with free slots, where fillOrigin looks first.
     const config = makeConfig({
       pieceCount: 64,
       randomSeed: seed,
-      downloadsPerHostMax: 2,
+      downloadsPerHostMax: 4,
       originReadersMax: 2,
     });
     const driver = new Driver(config, seed);
