@@ -182,8 +182,8 @@ export class SwarmCore {
       config.originReadersPerHostMax,
     );
     this.priority = new PriorityQueues(config.pieceCount);
-    // Each download slot may hold one ending transfer besides the one that replaced it.
-    // Live transfers (the slots, plus one while reading the origin) and as many ending ones.
+    // Live transfers (the slots, plus the ring slot while reading the origin) and, per slot, one
+    // ending transfer besides the one that replaced it.
     this.inFlight = new InFlightPieces(2 * config.downloadsPerHostMax + 1);
     this.target.inFlight = this.inFlight;
   }
