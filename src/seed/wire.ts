@@ -121,7 +121,7 @@ export function sendSeedError(res: ServerResponse, error: unknown): void {
   sendError(res, error, seedStatusOf);
 }
 
-export { readBody } from '../swarm/wire/http-json.js';
+export { readBody, sendJson } from '../swarm/wire/http-json.js';
 
 export function readJson(req: IncomingMessage, maxBytes = SEED_JSON_BYTES_MAX): Promise<unknown> {
   return readJsonBody(req, maxBytes);

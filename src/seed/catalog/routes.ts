@@ -27,8 +27,8 @@ import {
   readJson,
   registerNodeSchema,
   sendSeedError,
+  sendJson,
 } from '../wire.js';
-import { sendJson } from '../../swarm/wire/http-json.js';
 import { checkedManifest, type CatalogStore } from './store.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */

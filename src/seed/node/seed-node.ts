@@ -31,9 +31,9 @@ import {
   readBody,
   readJson,
   sendSeedError,
+  sendJson,
   seedCallRaw,
 } from '../wire.js';
-import { sendJson } from '../../swarm/wire/http-json.js';
 import { SeedPieceStore } from './piece-files.js';
 
 export interface SeedNodeOptions {
