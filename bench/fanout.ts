@@ -16,8 +16,8 @@
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
  * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
- * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default), --legs naive,swarm, --work DIR (the temp dir),
- * --loopback, --keep, --json.
+ * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default),
+ * --legs naive,swarm, --work DIR (the temp dir), --loopback, --keep, --json.
  */
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';

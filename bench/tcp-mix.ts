@@ -4,7 +4,7 @@
  * the testbed's capped links under the swarm's kind of traffic, with no weightcast code in the path.
  * Every host serves R MiB ranges (default 1) of an in-memory buffer over HTTP and pulls them from the
  * other hosts with K loops (keep-alive connections, at most C per peer, default K; one request after
- * another per loop), two ways:
+ * another per loop), three ways:
  * `fixed` (loop i always asks the i-th other host by address: balanced only with K = N - 1),
  * `ring` (loop i of host h always asks host h + 1 + i, wrapping around: every host has K flows each
  * way, the pattern of the swarm's ring pairings) and `random` (each request picks a peer at random,
