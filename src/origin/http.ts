@@ -21,7 +21,7 @@ import { Agent, type Dispatcher } from 'undici';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
-import type { Origin, OriginCallOptions, OriginEntry, OriginStats } from './origin.js';
+import type { Origin, OriginCallOptions, OriginEntry, OriginStats, ReadProgress } from './origin.js';
 import { RangeClient } from './range-socket.js';
 import { DEFAULT_BACKOFF_POLICY, isRetryableStatus, retryDelayMs, type BackoffPolicy } from './retry.js';
 
@@ -374,7 +374,7 @@ export class HttpOrigin implements Origin {
     call: Call,
     offset: number,
     target: Uint8Array,
-    progress: { filled: number },
+    progress: ReadProgress,
     inPlace: boolean,
   ): Promise<void> {
     const start = offset + progress.filled;
@@ -395,17 +395,12 @@ export class HttpOrigin implements Origin {
   }
 
   /** The rest of `target` for RangeClient, which counts each byte it writes as progress. */
-  private fillFor(
-    call: Call,
-    target: Uint8Array,
-    progress: { filled: number },
-    start: number,
-    end: number,
-  ): Fill {
+  private fillFor(call: Call, target: Uint8Array, progress: ReadProgress, start: number, end: number): Fill {
     return {
       target: target.subarray(progress.filled),
       accepts: (head) => rangeResponseProblem(call.path, head, start, end) === undefined,
       onBodyBytes: (count) => {
+        if (progress.filled === 0) progress.firstByteMs ??= performance.now();
         progress.filled += count;
         this.stats.bytesRead += count;
       },
@@ -416,7 +411,7 @@ export class HttpOrigin implements Origin {
     call: Call,
     body: Body,
     target: Uint8Array,
-    progress: { filled: number },
+    progress: ReadProgress,
   ): Promise<void> {
     try {
       for await (const chunk of body as AsyncIterable<Buffer>) {
@@ -425,6 +420,7 @@ export class HttpOrigin implements Origin {
           throw new WeightcastError('ORIGIN_RANGE_UNSUPPORTED', message, { file: call.path });
         }
         target.set(chunk, progress.filled);
+        if (progress.filled === 0) progress.firstByteMs ??= performance.now();
         progress.filled += chunk.length;
         this.stats.bytesRead += chunk.length;
       }

@@ -16,8 +16,17 @@ export interface OriginCallOptions {
   /**
    * `readInto` only: the read adds every byte it lands in the target to `filled` as it arrives, so
    * the caller can watch a long read (HTTP origins do; local reads may only count at the end).
+   * HTTP origins also note when the first byte landed (`performance.now()`), so a caller can tell
+   * a read's rate apart from the time it waited for a connection.
    */
-  progress?: { filled: number };
+  progress?: ReadProgress;
+}
+
+/** A read's landed bytes, counted as they arrive. */
+export interface ReadProgress {
+  filled: number;
+  /** `performance.now()` when the read's first byte landed (HTTP origins; unset before). */
+  firstByteMs?: number;
 }
 
 export interface Origin {

@@ -511,3 +511,35 @@ bothTransports('a retried read keeps counting from the bytes it already has', as
     await done();
   }
 });
+
+bothTransports(
+  'a read notes when its first byte landed, after any wait for the connection',
+  async (transport) => {
+    const STALL_MS = 150;
+    // The first read stalls mid-body; the second waits behind it for the origin's one connection.
+    const stallFirst: FaultHook = (request) =>
+      request.range?.start === 0 ? { kind: 'stall', afterBytes: 1024, ms: STALL_MS } : undefined;
+    const { origin, done } = await setup(transport, stallFirst, { connections: 1 });
+    try {
+      const first = { filled: 0 } as { filled: number; firstByteMs?: number };
+      const second = { filled: 0 } as { filled: number; firstByteMs?: number };
+      const startedMs = performance.now();
+      await Promise.all([
+        origin.readInto(WEIGHTS, 0, new Uint8Array(64 * 1024), { progress: first }),
+        origin.readInto(WEIGHTS, 1024 * 1024, new Uint8Array(64 * 1024), { progress: second }),
+      ]);
+      assert.equal(second.filled, 64 * 1024);
+      assert.ok(first.firstByteMs !== undefined && second.firstByteMs !== undefined);
+      assert.ok(
+        first.firstByteMs - startedMs < STALL_MS,
+        `first byte after ${first.firstByteMs - startedMs} ms`,
+      );
+      assert.ok(
+        second.firstByteMs - startedMs >= STALL_MS,
+        `the queued read's first byte landed ${second.firstByteMs - startedMs} ms in, before the stall ended`,
+      );
+    } finally {
+      await done();
+    }
+  },
+);

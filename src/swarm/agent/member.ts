@@ -15,7 +15,7 @@ import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
-import type { Origin } from '../../origin/origin.js';
+import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../piece-map.js';
 import {
@@ -113,6 +113,14 @@ const ENDING_LEAD_MAX_MS = 250;
 const ENDING_LEAD_ROUND_TRIPS = 3;
 /** A transfer's progress is looked at again no sooner than this. */
 const ENDING_RECHECK_MIN_MS = 5;
+/**
+ * While no byte has landed (the request is on its way, or waits behind another on the peer's one
+ * connection), the transfer is looked at this often: a piece that then arrives at a fast share is
+ * over within a few tens of ms, and a check a whole lead later would miss its end.
+ */
+const ENDING_RECHECK_WAITING_MS = 10;
+/** Bytes that ran for less than this are a burst, not a rate. */
+const ENDING_SAMPLE_MIN_MS = 10;
 /** Weight of the newest sample in the running estimate of the scheduler round trip. */
 const EWMA_WEIGHT = 0.2;
 
@@ -124,7 +132,12 @@ interface Fetch {
   /** Bytes of the piece landed before the read in progress (capped reads go in chunks). */
   landedBefore: number;
   /** The read in progress counts its landed bytes here (OriginCallOptions.progress). */
-  progress: { filled: number };
+  progress: ReadProgress;
+  /**
+   * When the piece's first byte landed. A request pipelined behind another on the peer's one
+   * connection waits for it first: the transfer's rate is counted from here, not from `started`.
+   */
+  firstByteMs?: number;
   /** Looks at the transfer's progress until it is nearly done; cleared when it ends. */
   endingTimer?: ReturnType<typeof setTimeout>;
 }
@@ -465,7 +478,7 @@ export class SwarmMember {
     const check = (): void => {
       if (this.fetches.get(transferId) !== fetch) return;
       const landed = fetch.landedBefore + fetch.progress.filled;
-      const elapsedMs = performance.now() - fetch.started;
+      const elapsedMs = performance.now() - firstByteOf(fetch);
       const next = endingCheck(landed, fetch.length, elapsedMs, this.endingLeadMs());
       if (next === 'ending') {
         this.endingNotices.add(transferId);
@@ -475,7 +488,7 @@ export class SwarmMember {
       fetch.endingTimer = setTimeout(check, next);
       fetch.endingTimer.unref();
     };
-    fetch.endingTimer = setTimeout(check, this.endingLeadMs());
+    fetch.endingTimer = setTimeout(check, ENDING_RECHECK_WAITING_MS);
     fetch.endingTimer.unref();
   }
 
@@ -523,6 +536,7 @@ export class SwarmMember {
       return { outcome: 'failed' };
     }
     const seconds = Math.max(1e-6, (performance.now() - started) / 1000);
+    const movingSeconds = Math.max(1e-6, (performance.now() - firstByteOf(fetch)) / 1000);
     let result;
     try {
       result = await this.options.store.put(piece, bytes);
@@ -566,7 +580,7 @@ export class SwarmMember {
       this.completeResolve();
       this.options.onEvent?.({ type: 'complete' });
     }
-    return { outcome: 'verified', bytesPerSecond: length / seconds };
+    return { outcome: 'verified', bytesPerSecond: length / movingSeconds };
   }
 
   /**
@@ -588,6 +602,8 @@ export class SwarmMember {
     const chunk = throttle.limited ? READ_CHUNK_CAPPED_BYTES : buffer.length;
     for (let done = 0; done < buffer.length; done += chunk) {
       const part = buffer.subarray(done, Math.min(buffer.length, done + chunk));
+      const chunkFirstByteMs = fetch.progress.firstByteMs;
+      if (chunkFirstByteMs !== undefined) fetch.firstByteMs ??= chunkFirstByteMs;
       fetch.landedBefore = done;
       fetch.progress = { filled: 0 };
       await Promise.all([
@@ -689,10 +705,17 @@ export class SwarmMember {
   }
 }
 
+/** When the fetch's bytes began to land: its first byte, else (none yet, or a local read) its start. */
+function firstByteOf(fetch: Fetch): number {
+  return fetch.firstByteMs ?? fetch.progress.firstByteMs ?? fetch.started;
+}
+
 /**
  * Whether a transfer is one lead time from its end, judged by its own progress: `landed` of
- * `length` bytes in `elapsedMs`. Returns 'ending', or how long to wait before looking again (one
- * lead while no byte has landed; else until one lead before the end at the rate so far).
+ * `length` bytes in the `elapsedMs` since its first byte. Returns 'ending', or how long to wait
+ * before looking again: a short while when no byte has landed or the bytes have run too briefly to
+ * give a rate; else until one lead before the end at the rate so far, but no longer than half the
+ * time left (the flow's share of its links changes as other flows come and go).
  */
 export function endingCheck(
   landed: number,
@@ -701,10 +724,12 @@ export function endingCheck(
   leadMs: number,
 ): 'ending' | number {
   if (landed >= length) return 'ending';
-  if (landed <= 0) return Math.max(ENDING_RECHECK_MIN_MS, leadMs);
-  const remainingMs = ((length - landed) * Math.max(1, elapsedMs)) / landed;
+  if (landed <= 0) return ENDING_RECHECK_WAITING_MS;
+  if (elapsedMs < ENDING_SAMPLE_MIN_MS)
+    return Math.max(ENDING_RECHECK_MIN_MS, ENDING_SAMPLE_MIN_MS - elapsedMs);
+  const remainingMs = ((length - landed) * elapsedMs) / landed;
   if (remainingMs <= leadMs) return 'ending';
-  return Math.max(ENDING_RECHECK_MIN_MS, remainingMs - leadMs);
+  return Math.max(ENDING_RECHECK_MIN_MS, Math.min(remainingMs - leadMs, remainingMs / 2));
 }
 
 function ewma(previous: number | undefined, sample: number): number {
