@@ -15,7 +15,7 @@
  * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
- * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1),
+ * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1; 0.25 is 256 KiB),
  * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default),
  * --legs naive,swarm, --work DIR (the temp dir), --loopback, --keep, --json.
  */
@@ -145,7 +145,7 @@ function parseOptions(argv: readonly string[]): Options {
       values['origin-mbps'] === undefined
         ? mbps
         : number(values['origin-mbps'], '--origin-mbps', MBPS_MIN, MBPS_MAX),
-    pieceMb: integer(values['piece-mb'], '--piece-mb', 1, 1024),
+    pieceMb: pieceMb(values['piece-mb']),
     originReaders:
       values['origin-readers'] === undefined
         ? undefined
@@ -166,6 +166,14 @@ function number(text: string, what: string, min: number, max: number): number {
   if (text.trim() === '' || !Number.isFinite(value) || value < min || value > max) {
     throw new UsageError(`${what} must be a number ${min}-${max}, got ${JSON.stringify(text)}`);
   }
+  return value;
+}
+
+/** Piece size in MiB: 1/16 (64 KiB, the manifest's smallest) to 1024, a whole number of bytes. */
+function pieceMb(text: string): number {
+  const value = number(text, '--piece-mb', 1 / 16, 1024);
+  if (!Number.isInteger(value * MiB))
+    throw new UsageError(`--piece-mb must be a whole number of bytes, got ${text}`);
   return value;
 }
 
@@ -643,7 +651,8 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
 }
 
 /**
- * The scheduler in the origin's namespace and an agent in every host's, each awaited until it
+ * The scheduler in the control namespace (a machine of its own, off the origin's busy link) and
+ * an agent in every host's, each awaited until it
  * listens; returns the agents' URLs in host order. Every process started is pushed on `services`
  * at once, so the caller stops it whatever happens here.
  */
@@ -660,12 +669,12 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     '--port',
     String(loopback ? await freePort() : SCHEDULER_PORT),
     '--host',
-    hostSet.origin.address,
+    hostSet.control.address,
     ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
     '--ring-parents',
     String(options.ringParents),
   ];
-  const scheduler = spawnLogged(hostSet, hostSet.origin.ns, schedulerArgv, logDir, 'scheduler');
+  const scheduler = spawnLogged(hostSet, hostSet.control.ns, schedulerArgv, logDir, 'scheduler');
   services.push(scheduler);
   const schedulerPattern = /weightcast scheduler listening on (http:\/\/\S+)/;
   const schedulerUrl = (await firstMatch(scheduler, schedulerPattern, START_TIMEOUT_MS, 'scheduler'))[1];

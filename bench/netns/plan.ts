@@ -26,7 +26,7 @@ const BURST_MS = 5;
 export const QUEUE_LATENCY_MS = 50;
 
 export interface Endpoint {
-  /** `origin` or `host1`..`hostN`: what tables and logs call it. */
+  /** `origin`, `host1`..`hostN` or `control`: what tables and logs call it. */
   label: string;
   /** Network namespace name. */
   ns: string;
@@ -45,6 +45,12 @@ export interface TestbedPlan {
   bridge: string;
   origin: Endpoint;
   hosts: Endpoint[];
+  /**
+   * A machine of its own for control-plane services (the swarm's scheduler), capped like a host.
+   * In the origin's namespace the scheduler's messages queued behind the origin's data in its
+   * capped link (tbf holds up to 50 ms); a scheduler runs on its own machine.
+   */
+  control: Endpoint;
   prefixLength: 24;
 }
 
@@ -87,6 +93,7 @@ export function planTestbed(input: PlanInput): TestbedPlan {
     bridge: `${input.tag}br`,
     origin,
     hosts,
+    control: endpoint(input.hosts + 1, 'control', input.hostMbps),
     prefixLength: 24,
   };
   for (const name of interfaceNames(plan)) {
@@ -99,7 +106,7 @@ export function planTestbed(input: PlanInput): TestbedPlan {
 
 /** Every interface name the testbed creates in the root namespace (peers only until they move). */
 export function interfaceNames(plan: TestbedPlan): string[] {
-  const endpoints = [plan.origin, ...plan.hosts];
+  const endpoints = [plan.origin, ...plan.hosts, plan.control];
   return [plan.bridge, ...endpoints.flatMap((e) => [e.bridgePort, e.peer])];
 }
 

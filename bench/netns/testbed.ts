@@ -1,5 +1,6 @@
 /**
- * A network-namespace testbed for benchmarks: an origin and N hosts, each in its own namespace, on
+ * A network-namespace testbed for benchmarks: an origin, N hosts and a control machine (for the
+ * scheduler), each in its own namespace, on
  * a private Linux bridge, with a `tc` token bucket on every link in both directions (see `plan.ts`
  * for the layout). Needs root and iproute2.
  *
@@ -26,6 +27,8 @@ export interface HostSet {
   readonly mode: 'netns' | 'loopback';
   readonly origin: Endpoint;
   readonly hosts: readonly Endpoint[];
+  /** Where control-plane services run (TestbedPlan.control). */
+  readonly control: Endpoint;
   /** Starts `argv` inside the endpoint's namespace (loopback: as a plain child), stdio piped. */
   spawnIn(ns: string, argv: readonly string[], options?: SpawnOptions): ChildProcess;
   /**
@@ -117,6 +120,10 @@ export class Testbed implements HostSet {
     return this.plan.hosts;
   }
 
+  get control(): Endpoint {
+    return this.plan.control;
+  }
+
   /** Every namespace and root-namespace link the testbed holds right now. */
   get created(): { namespaces: readonly string[]; links: readonly string[] } {
     return { namespaces: [...this.#namespaces], links: [...this.#links] };
@@ -127,7 +134,8 @@ export class Testbed implements HostSet {
     await run('ip', ['link', 'add', bridge, 'type', 'bridge']);
     this.#links.push(bridge);
     await run('ip', ['link', 'set', bridge, 'up']);
-    for (const endpoint of [this.plan.origin, ...this.plan.hosts]) await this.#addEndpoint(endpoint);
+    for (const endpoint of [this.plan.origin, ...this.plan.hosts, this.plan.control])
+      await this.#addEndpoint(endpoint);
   }
 
   async #addEndpoint(endpoint: Endpoint): Promise<void> {
@@ -210,6 +218,7 @@ export class LoopbackHosts implements HostSet {
   readonly mode = 'loopback';
   readonly origin: Endpoint;
   readonly hosts: readonly Endpoint[];
+  readonly control: Endpoint;
   readonly #children = new ChildRegistry();
   readonly #byEndpoint = new Map<string, Set<ChildProcess>>();
   readonly #disposeAbruptEnd = onAbruptEnd(() => this.closeSync());
@@ -225,6 +234,7 @@ export class LoopbackHosts implements HostSet {
     });
     this.origin = endpoint('origin', originMbps);
     this.hosts = Array.from({ length: hosts }, (_, i) => endpoint(`host${i + 1}`, hostMbps));
+    this.control = endpoint('control', hostMbps);
   }
 
   spawnIn(ns: string, argv: readonly string[], options: SpawnOptions = {}): ChildProcess {

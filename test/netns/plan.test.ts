@@ -25,12 +25,12 @@ test('the largest plan keeps every interface name within the kernel limit', () =
   assert.equal(testbedTag(4194304, 25), 'wc4194304z');
   const plan = planTestbed(input);
   const names = interfaceNames(plan);
-  assert.equal(names.length, 1 + 2 * (HOSTS_MAX + 1));
+  assert.equal(names.length, 1 + 2 * (HOSTS_MAX + 2), 'a bridge, and two ends for origin, hosts and control');
   assert.equal(new Set(names).size, names.length);
   for (const name of names) assert.ok(name.length <= INTERFACE_NAME_BYTES_MAX, name);
 });
 
-test('endpoints get distinct addresses and their own caps; the origin is .1', () => {
+test('endpoints get distinct addresses and their own caps; the origin is .1, the control machine last', () => {
   const plan = planTestbed({ ...input, hosts: 3 });
   assert.equal(plan.origin.address, '10.77.0.1');
   assert.equal(plan.origin.mbps, 400);
@@ -42,7 +42,11 @@ test('endpoints get distinct addresses and their own caps; the origin is .1', ()
       ['host3', '10.77.0.4', 200],
     ],
   );
-  assert.equal(new Set([plan.origin, ...plan.hosts].map((e) => e.ns)).size, 4);
+  assert.deepEqual(
+    [plan.control.label, plan.control.address, plan.control.mbps],
+    ['control', '10.77.0.5', 200],
+  );
+  assert.equal(new Set([plan.origin, ...plan.hosts, plan.control].map((e) => e.ns)).size, 5);
 });
 
 test('bad plans are refused before anything is created', () => {

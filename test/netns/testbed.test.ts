@@ -15,7 +15,7 @@ import { createTestbed, LoopbackHosts, netnsProblem } from '../../bench/netns/te
 const STEP_TIMEOUT_MS = 5000;
 const PORT = 8080;
 
-test('a 2-host testbed connects its hosts to the origin and close() removes everything', async (t) => {
+test('a 2-host testbed connects its hosts and its control machine to the origin and close() removes everything', async (t) => {
   const problem = await netnsProblem();
   if (problem !== undefined) {
     t.skip(`needs root and ip netns: ${problem}`);
@@ -25,7 +25,7 @@ test('a 2-host testbed connects its hosts to the origin and close() removes ever
   const { plan } = testbed;
   let server;
   try {
-    assert.equal(testbed.created.namespaces.length, 3);
+    assert.equal(testbed.created.namespaces.length, 4, 'origin, 2 hosts and the control machine');
     for (const name of [plan.bridge, ...testbed.hosts.map((h) => h.bridgePort)]) {
       assert.ok(existsSync(`/sys/class/net/${name}`), name);
     }
@@ -41,7 +41,7 @@ test('a 2-host testbed connects its hosts to the origin and close() removes ever
     await firstMatch(server, /^ready$/, STEP_TIMEOUT_MS, 'server');
 
     const txBefore = await testbed.txBytes(plan.origin.ns);
-    for (const host of testbed.hosts) {
+    for (const host of [...testbed.hosts, testbed.control]) {
       const get =
         `fetch('http://${plan.origin.address}:${PORT}/', { signal: AbortSignal.timeout(${STEP_TIMEOUT_MS}) })` +
         `.then((r) => r.text()).then((text) => console.log('got ' + text))`;
