@@ -5,6 +5,7 @@
  * fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
  */
 
+import { parseArgs } from 'node:util';
 import { defaultOriginReaders, simulate, type SimOptions } from '../src/sim/simulate.js';
 import { formatSeconds } from '../src/util/units.js';
 
@@ -59,9 +60,26 @@ const CASES: Case[] = [
   scenario('N=1000, 100k pieces', { hosts: 1000, totalBytes: 100_000 * MiB, pieceBytes: MiB }, true),
 ];
 
+const USAGE = 'usage: npm run bench:sim [-- --max-hosts N]  (skips the rows with more than N hosts)';
+
 function main(): void {
-  const maxArg = process.argv.indexOf('--max-hosts');
-  const maxHosts = maxArg >= 0 ? Number(process.argv[maxArg + 1]) : Number.POSITIVE_INFINITY;
+  let maxHosts = Number.POSITIVE_INFINITY;
+  try {
+    const { values } = parseArgs({ options: { 'max-hosts': { type: 'string' }, help: { type: 'boolean' } } });
+    if (values.help === true) {
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    }
+    if (values['max-hosts'] !== undefined) {
+      maxHosts = Number(values['max-hosts']);
+      if (!Number.isInteger(maxHosts) || maxHosts < 1)
+        throw new Error('--max-hosts must be a positive integer');
+    }
+  } catch (error) {
+    process.stderr.write(`bench:sim: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
   const header = [
     'case',
     'pieces',

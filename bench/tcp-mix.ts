@@ -95,28 +95,44 @@ async function worker(values: Record<string, string | boolean | undefined>): Pro
   process.stdout.write(JSON.stringify({ bytes, failures }) + '\n');
 }
 
+const OPTIONS = {
+  hosts: { type: 'string', default: '4' },
+  mbps: { type: 'string', default: '200' },
+  loops: { type: 'string', default: '4' },
+  seconds: { type: 'string', default: '8' },
+  worker: { type: 'string' },
+  peers: { type: 'string' },
+  mode: { type: 'string' },
+  'start-at': { type: 'string' },
+  sockets: { type: 'string' },
+  'range-mb': { type: 'string', default: '1' },
+  help: { type: 'boolean' },
+} as const;
+
+const USAGE =
+  'usage: npm run bench:tcp -- [--hosts N (2-16)] [--mbps B] [--loops K] [--seconds S] [--range-mb R] [--sockets C]';
+
+class UsageError extends Error {}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      hosts: { type: 'string', default: '4' },
-      mbps: { type: 'string', default: '200' },
-      loops: { type: 'string', default: '4' },
-      seconds: { type: 'string', default: '8' },
-      worker: { type: 'string' },
-      peers: { type: 'string' },
-      mode: { type: 'string' },
-      'start-at': { type: 'string' },
-      sockets: { type: 'string' },
-      'range-mb': { type: 'string', default: '1' },
-    },
-  });
+  let parsed;
+  try {
+    parsed = parseArgs({ options: OPTIONS });
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+  const { values } = parsed;
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
   if (values.worker !== undefined) return worker(values);
   const hosts = Number(values.hosts);
   const mbps = Number(values.mbps);
   const loops = Number(values.loops);
   const seconds = Number(values.seconds);
   if (![hosts, mbps, loops, seconds].every((n) => Number.isInteger(n) && n > 0) || hosts < 2 || hosts > 16) {
-    throw new Error('--hosts (2-16), --mbps, --loops and --seconds must be positive integers');
+    throw new UsageError('--hosts (2-16), --mbps, --loops and --seconds must be positive integers');
   }
   const problem = await netnsProblem();
   if (problem !== undefined) {
@@ -191,6 +207,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
+  if (error instanceof UsageError) {
+    process.stderr.write(`bench:tcp: ${error.message}\n${USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
   process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
   process.exitCode = 1;
 });
