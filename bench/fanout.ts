@@ -15,7 +15,8 @@
  * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
- * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (1; 0.25 is 256 KiB),
+ * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (the manifest's default for the model's size:
+ * 512 KiB at 256 MiB; 0.25 is 256 KiB),
  * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default),
  * --legs naive,swarm, --work DIR (the temp dir), --loopback, --keep, --json.
  */
@@ -94,7 +95,8 @@ interface Options {
   sizeMb: number;
   mbps: number;
   originMbps: number;
-  pieceMb: number;
+  /** Undefined: the manifest's default for the model's size (defaultPieceSize). */
+  pieceMb: number | undefined;
   originReaders: number | undefined;
   legs: Leg[];
   work: string;
@@ -119,7 +121,7 @@ function parseOptions(argv: readonly string[]): Options {
       'size-mb': { type: 'string', default: '256' },
       mbps: { type: 'string', default: '200' },
       'origin-mbps': { type: 'string' },
-      'piece-mb': { type: 'string', default: '1' },
+      'piece-mb': { type: 'string' },
       'origin-readers': { type: 'string' },
       legs: { type: 'string', default: LEGS.join(',') },
       work: { type: 'string', default: tmpdir() },
@@ -145,7 +147,7 @@ function parseOptions(argv: readonly string[]): Options {
       values['origin-mbps'] === undefined
         ? mbps
         : number(values['origin-mbps'], '--origin-mbps', MBPS_MIN, MBPS_MAX),
-    pieceMb: pieceMb(values['piece-mb']),
+    pieceMb: values['piece-mb'] === undefined ? undefined : pieceMb(values['piece-mb']),
     originReaders:
       values['origin-readers'] === undefined
         ? undefined
@@ -189,6 +191,7 @@ interface Model {
   dir: string;
   manifestPath: string;
   totalBytes: number;
+  pieceBytes: number;
   pieces: number;
   digest: string;
 }
@@ -205,15 +208,15 @@ async function prepareModel(work: string, options: Options, warmUp = false): Pro
   log(`synthesising a ${sizeMb} MiB Llama-style checkpoint in ${dir}${warmUp ? ' (warm-up)' : ''}`);
   await synthesizeModel({ dir, arch: 'llama', dtype: 'bf16', sizeBytes: sizeMb * MiB, seed: warmUp ? 2 : 1 });
   const local = new LocalOrigin(dir);
-  const manifest = await buildManifest(local, { pieceSize: options.pieceMb * MiB }).finally(() =>
-    local.close(),
-  );
+  const pieceSize = options.pieceMb === undefined ? {} : { pieceSize: options.pieceMb * MiB };
+  const manifest = await buildManifest(local, pieceSize).finally(() => local.close());
   const manifestPath = join(work, warmUp ? 'warm-up-manifest.json' : 'manifest.json');
   await writeManifest(manifestPath, manifest);
   return {
     dir,
     manifestPath,
     totalBytes: totalBytes(manifest),
+    pieceBytes: manifest.pieceSize,
     pieces: totalPieces(manifest),
     digest: manifestDigest(manifest),
   };
@@ -235,6 +238,7 @@ interface SimPrediction {
  */
 async function predict(
   setting: Setting,
+  pieceBytes: number,
   options: Options,
   root: ChildRegistry,
   payloadShare: number,
@@ -247,7 +251,7 @@ async function predict(
     '--size-gb',
     String(setting.totalBytes / 1e9),
     '--piece-mb',
-    String(options.pieceMb),
+    String(pieceBytes / MiB),
     '--host-mbps',
     String(setting.hostMbps * payloadShare),
     '--origin-mbps',
@@ -797,7 +801,7 @@ function printReport(report: Report): void {
     ]);
   }
   console.log(
-    `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${setting.pieceMb} MiB, ` +
+    `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${formatBytes(setting.pieceMb * MiB)}, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
       `origin ${setting.originMbps} Mbit/s`,
   );
@@ -893,7 +897,7 @@ async function main(argv: readonly string[]): Promise<number> {
     };
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
     const simLinkShare = problem === undefined ? TCP_PAYLOAD_SHARE : 1;
-    const sim = await predict(setting, options, root, simLinkShare);
+    const sim = await predict(setting, model.pieceBytes, options, root, simLinkShare);
     hostSet =
       problem === undefined
         ? await createTestbed({
@@ -921,7 +925,7 @@ async function main(argv: readonly string[]): Promise<number> {
       mode: hostSet.mode,
       modeNote,
       loadAverageAtStart,
-      setting: { ...setting, pieceMb: options.pieceMb, pieces: model.pieces, digest: model.digest },
+      setting: { ...setting, pieceMb: model.pieceBytes / MiB, pieces: model.pieces, digest: model.digest },
       tLowerBoundSeconds: lowerBoundSeconds(setting),
       naiveFluidSeconds: naiveFluidSeconds(setting),
       sim,

@@ -36,7 +36,7 @@ import { buildParallelPlan } from '../src/loader/plan/build.js';
 import { buildPlanManifest, readModelDirectory } from '../src/loader/plan/files.js';
 import { loadRank, type LoadRankOptions } from '../src/loader/slice/load-rank.js';
 import { buildManifest } from '../src/manifest/build.js';
-import { loadManifest, writeManifest, type Manifest } from '../src/manifest/manifest.js';
+import { loadManifest, PIECE_SIZE_DEFAULT, writeManifest, type Manifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import type { SynthArch } from '../src/synth/architectures.js';
 import { synthesizeModel } from '../src/synth/synth.js';
@@ -272,7 +272,7 @@ async function cachedModel(sizeMb: number): Promise<{ dir: string; manifestPath:
   process.stderr.write(`synthesising a ${sizeMb} MiB llama checkpoint into ${root} (kept for later runs)\n`);
   await synthesizeModel({ dir, arch: 'llama', sizeBytes: sizeMb * MiB, seed: 1 });
   const origin = new LocalOrigin(dir);
-  await writeManifest(manifestPath, await buildManifest(origin));
+  await writeManifest(manifestPath, await buildManifest(origin, { pieceSize: PIECE_SIZE_DEFAULT }));
   await origin.close();
   await writeFile(marker, new Date().toISOString() + '\n');
   return { dir, manifestPath };

@@ -7,7 +7,7 @@
  * prints per-host times next to the fluid lower bound T_lb.
  *
  *   node dist/scripts/swarm-demo.js [--hosts 8] [--size-mb 256] [--mbps 200] [--origin-mbps 200]
- *                                   [--piece-mb 1] [--keep]
+ *                                   [--piece-mb P (default: the manifest's for the size)] [--keep]
  */
 
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -42,7 +42,7 @@ async function main(): Promise<number> {
       'size-mb': { type: 'string', default: '256' },
       mbps: { type: 'string', default: '200' },
       'origin-mbps': { type: 'string' },
-      'piece-mb': { type: 'string', default: '1' },
+      'piece-mb': { type: 'string' },
       keep: { type: 'boolean', default: false },
     },
   });
@@ -50,7 +50,7 @@ async function main(): Promise<number> {
   const sizeMb = Number(values['size-mb']);
   const mbps = Number(values.mbps);
   const originMbps = Number(values['origin-mbps'] ?? values.mbps);
-  const pieceBytes = Math.round(Number(values['piece-mb']) * 1024 * 1024);
+  const pieceMb = values['piece-mb'];
   const work = await mkdtemp(join(tmpdir(), 'weightcast-swarm-demo-'));
   const modelDir = join(work, 'origin');
   let cluster: Cluster | undefined;
@@ -65,10 +65,11 @@ async function main(): Promise<number> {
       seed: 1,
     });
     const local = new LocalOrigin(modelDir);
-    const manifest = await buildManifest(local, { pieceSize: pieceBytes }).finally(() => local.close());
+    const pieceSize = pieceMb === undefined ? {} : { pieceSize: Math.round(Number(pieceMb) * 1024 * 1024) };
+    const manifest = await buildManifest(local, pieceSize).finally(() => local.close());
     const size = model.totalBytes;
     console.log(
-      `model: ${manifest.files.length} files, ${formatBytes(size)}, ${totalPieces(manifest)} pieces of ${formatBytes(pieceBytes)}, ${manifestDigest(manifest).slice(0, 23)}…`,
+      `model: ${manifest.files.length} files, ${formatBytes(size)}, ${totalPieces(manifest)} pieces of ${formatBytes(manifest.pieceSize)}, ${manifestDigest(manifest).slice(0, 23)}…`,
     );
     console.log(
       `starting an origin (${originMbps} Mbit/s), a scheduler and ${hosts} agents (${mbps} Mbit/s up and down each) as separate processes…`,

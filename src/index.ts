@@ -39,6 +39,7 @@ export { summarizeModel, type InspectSummary } from './format/inspect.js';
 // manifests
 export {
   PIECE_SIZE_DEFAULT,
+  defaultPieceSize,
   encodeManifest,
   loadManifest,
   manifestDigest,

@@ -10,7 +10,7 @@ import { readSafetensorsHeader } from '../format/safetensors.js';
 import type { Origin, OriginEntry } from '../origin/origin.js';
 import { HashPool } from './hash-pool.js';
 import {
-  PIECE_SIZE_DEFAULT,
+  defaultPieceSize,
   PIECE_SIZE_MAX,
   PIECE_SIZE_MIN,
   pieceCount,
@@ -21,6 +21,7 @@ import {
 import { merkleRoot } from './merkle.js';
 
 export interface BuildManifestOptions {
+  /** Default: `defaultPieceSize` of the model's total size. */
   pieceSize?: number;
   /** Also compute each file's whole SHA-256 (`sha256sum`-compatible). Costs a second hash per byte. */
   fileSha256?: boolean;
@@ -45,9 +46,10 @@ export function checkPieceSize(pieceSize: number): void {
 }
 
 export async function buildManifest(origin: Origin, options: BuildManifestOptions = {}): Promise<Manifest> {
-  const pieceSize = options.pieceSize ?? PIECE_SIZE_DEFAULT;
-  checkPieceSize(pieceSize);
+  if (options.pieceSize !== undefined) checkPieceSize(options.pieceSize);
   const entries = await origin.list(options.signal ? { signal: options.signal } : {});
+  const pieceSize =
+    options.pieceSize ?? defaultPieceSize(entries.reduce((sum, entry) => sum + entry.size, 0));
   const pool = new HashPool(options.threads);
   try {
     const progress = progressCounter(entries, options.onProgress);

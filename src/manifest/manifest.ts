@@ -20,9 +20,26 @@ import { merkleRoot } from './merkle.js';
 
 export const MANIFEST_FORMAT = 'weightcast-manifest';
 export const MANIFEST_VERSION = 1;
+/** The largest piece size a manifest gets by default (models of 8 GiB and up). */
 export const PIECE_SIZE_DEFAULT = 16 * 1024 * 1024;
+/** The smallest piece size a manifest gets by default (models under 128 MiB). */
+export const PIECE_SIZE_DEFAULT_MIN = 256 * 1024;
+/** A default piece size gives a model at least this many pieces while it is within its bounds. */
+export const PIECES_PER_MODEL_TARGET = 512;
 export const PIECE_SIZE_MIN = 64 * 1024;
 export const PIECE_SIZE_MAX = 1024 * 1024 * 1024;
+/**
+ * The piece size a model of `totalBytes` gets when none is asked for: a power of two giving at least
+ * PIECES_PER_MODEL_TARGET pieces, within 256 KiB..16 MiB. A swarm's start and end each cost about a
+ * piece's trip through a link its hosts share, so a small model needs small pieces to fan out (256
+ * MiB: 512 KiB; 1 GiB: 2 MiB), while a large one keeps 16 MiB pieces and fewer requests per byte.
+ */
+export function defaultPieceSize(totalBytes: number): number {
+  let size = PIECE_SIZE_DEFAULT;
+  while (size > PIECE_SIZE_DEFAULT_MIN && totalBytes / size < PIECES_PER_MODEL_TARGET) size /= 2;
+  return size;
+}
+
 /** Refuse manifests describing more than this: no real model is near it, a hostile one may be. */
 export const MODEL_BYTES_MAX = 2 ** 50;
 export const MANIFEST_BYTES_MAX = 512 * 1024 * 1024;

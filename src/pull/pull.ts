@@ -178,9 +178,10 @@ async function chooseManifest(
     }
   }
   if (origin.localPath !== undefined) {
+    // A pull alone gains nothing from small pieces: its own manifest keeps the large default.
     const built = await buildManifest(origin, {
       signal,
-      ...(options.pieceSize !== undefined ? { pieceSize: options.pieceSize } : {}),
+      pieceSize: options.pieceSize ?? PIECE_SIZE_DEFAULT,
       ...(options.hashThreads !== undefined ? { threads: options.hashThreads } : {}),
     });
     return { manifest: built, trust: true };

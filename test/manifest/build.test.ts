@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, pieceRange } from '../../src/manifest/manifest.js';
+import { defaultPieceSize, manifestDigest, pieceRange } from '../../src/manifest/manifest.js';
 import { merkleProof, verifyMerkleProof } from '../../src/manifest/merkle.js';
 import { verifyDirectory } from '../../src/manifest/verify.js';
 import { startFileServer } from '../../src/origin/file-server.js';
@@ -86,6 +86,30 @@ test('verify names the bad file and the bad pieces, and the missing file', async
     assert.deepEqual(byPath.get('model-00001-of-00002.safetensors')?.badPieces, [3]);
     assert.equal(byPath.get('config.json')?.verdict, 'missing');
     assert.equal(byPath.get('model-00002-of-00002.safetensors')?.verdict, 'ok');
+  } finally {
+    await dir.cleanup();
+  }
+});
+
+test('the default piece size gives a model at least 512 pieces, in powers of two within 256 KiB..16 MiB', async () => {
+  const KiB = 1024;
+  const MiB = 1024 * KiB;
+  assert.equal(defaultPieceSize(0), 256 * KiB);
+  assert.equal(defaultPieceSize(64 * MiB), 256 * KiB, 'small models stop at 256 KiB');
+  assert.equal(defaultPieceSize(256 * MiB), 512 * KiB);
+  assert.equal(defaultPieceSize(256 * MiB - 1), 256 * KiB, 'just under: 512 KiB would give 511 pieces');
+  assert.equal(defaultPieceSize(1024 * MiB), 2 * MiB);
+  assert.equal(defaultPieceSize(8 * 1024 * MiB), 16 * MiB);
+  assert.equal(defaultPieceSize(2 ** 40), 16 * MiB, 'large models keep 16 MiB pieces');
+  // buildManifest without a piece size picks it from the model's total size.
+  const dir = await tempDir('build-default');
+  try {
+    await writeSmallModel(dir.path);
+    const local = new LocalOrigin(dir.path);
+    const manifest = await buildManifest(local, { threads: 1 });
+    await local.close();
+    const total = manifest.files.reduce((sum, file) => sum + file.size, 0);
+    assert.equal(manifest.pieceSize, defaultPieceSize(total));
   } finally {
     await dir.cleanup();
   }

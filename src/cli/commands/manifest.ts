@@ -16,7 +16,7 @@ import type { RegisterCommand } from './index.js';
 import { openSource, withTokenOption } from './shared.js';
 
 interface ManifestFlags {
-  pieceSize: string;
+  pieceSize?: string;
   out?: string;
   json?: boolean;
   fileSha256?: boolean;
@@ -28,7 +28,10 @@ export const registerManifest: RegisterCommand = (program: Command, io: CliIo, s
   withTokenOption(program.command('manifest'))
     .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
     .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
-    .option('--piece-size <size>', 'piece size (e.g. 16MiB, 4MiB)', '16MiB')
+    .option(
+      '--piece-size <size>',
+      'piece size (e.g. 16MiB, 512KiB; default: at least 512 pieces, within 256KiB-16MiB)',
+    )
     .option('--out <file>', 'write the manifest here (default: stdout)')
     .option(
       '--file-sha256',
@@ -43,13 +46,14 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
   const json = flags.json === true;
   const progress = createProgress(io, 'hashing', json);
   try {
-    const pieceSize = parseByteSize(flags.pieceSize, '--piece-size');
+    const pieceSize =
+      flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
     const threads = flags.threads === undefined ? undefined : parsePositiveInt(flags.threads, '--threads');
     const origin = openSource(src, flags, progress);
     const started = performance.now();
     try {
       const manifest = await buildManifest(origin, {
-        pieceSize,
+        ...(pieceSize !== undefined ? { pieceSize } : {}),
         fileSha256: flags.fileSha256 === true,
         signal: io.signal,
         onProgress: (done, total) => progress.update(done, total),
@@ -65,7 +69,7 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
         files: manifest.files.length,
         bytes,
         pieces: totalPieces(manifest),
-        pieceSize,
+        pieceSize: manifest.pieceSize,
         seconds,
       };
       if (json) {
@@ -79,7 +83,7 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
         if (flags.out === undefined) io.stdout(encodeManifest(manifest).toString('utf8'));
         const report = (text: string): void => (flags.out === undefined ? io.stderr(text) : io.stdout(text));
         report(
-          `${digest}\n${manifest.files.length} files, ${formatBytes(bytes)}, ${summary.pieces} pieces of ${formatBytes(pieceSize)}; ` +
+          `${digest}\n${manifest.files.length} files, ${formatBytes(bytes)}, ${summary.pieces} pieces of ${formatBytes(manifest.pieceSize)}; ` +
             `hashed in ${formatSeconds(seconds)} (${formatRate(bytes, seconds)})${flags.out ? `; written to ${flags.out}` : ''}\n`,
         );
       }

@@ -3,7 +3,7 @@
 import type { Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import { buildManifest } from '../../manifest/build.js';
-import { loadManifest, manifestDigest, PIECE_SIZE_DEFAULT, type Manifest } from '../../manifest/manifest.js';
+import { loadManifest, manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import { isPlacementPolicy, PLACEMENT_POLICIES, reportLayout } from '../../seed/plan/index.js';
 import { putModel } from '../../seed/put/put.js';
 import { formatBytes, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
@@ -33,7 +33,10 @@ export const registerPut: RegisterCommand = (program: Command, io: CliIo, setExi
     .option('--placement <policy>', `${PLACEMENT_POLICIES.join(' | ')}`, 'round-robin')
     .option('--replicas <r>', 'extra copies of every piece beyond the primary', '0')
     .option('--manifest <file>', 'the model manifest (without it one is built from the origin, trusting it)')
-    .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
+    .option(
+      '--piece-size <size>',
+      'piece size when no manifest is given (default: at least 512 pieces, within 256KiB-16MiB)',
+    )
     .option('--concurrency <n>', 'pieces read from the origin at once', '4')
     .option('--node-uploads <n>', 'uploads to one seed node at once', '2')
     .option('--seed <n>', 'seed of the balanced placement tie-breaks', '1')
@@ -69,10 +72,9 @@ export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promi
             'weightcast: no --manifest given: building one from the origin (this trusts the origin)',
           );
         manifest = await buildManifest(origin, {
-          pieceSize:
-            flags.pieceSize === undefined
-              ? PIECE_SIZE_DEFAULT
-              : parseByteSize(flags.pieceSize, '--piece-size'),
+          ...(flags.pieceSize === undefined
+            ? {}
+            : { pieceSize: parseByteSize(flags.pieceSize, '--piece-size') }),
           signal: io.signal,
         });
       }
