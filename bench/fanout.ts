@@ -843,7 +843,7 @@ function printReport(report: Report): void {
     );
     console.log(
       "origin / S: bytes sent by the origin namespace's eth0 during the leg (TX counter before and after), " +
-        "over S; it includes the scheduler's messages and protocol headers.",
+        'over S; it includes protocol headers (the scheduler runs on a control machine of its own).',
     );
   } else {
     console.log(
@@ -870,7 +870,7 @@ async function main(argv: readonly string[]): Promise<number> {
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
   const modeNote =
     problem === undefined
-      ? 'testbed: a network namespace per host on a Linux bridge, tc tbf caps on every link, both directions'
+      ? 'testbed: a network namespace per host (and one for the scheduler) on a Linux bridge, tc tbf caps on every link, both directions'
       : `LOOPBACK MODE: no network namespaces (${problem}); everything runs on 127.0.0.1, capped only by the processes themselves`;
   if (problem !== undefined) log(`NOTE: ${modeNote}`);
   const loadAverageAtStart = loadavg()[0] ?? 0;
