@@ -145,6 +145,11 @@ interface Call {
   signal: AbortSignal | undefined;
 }
 
+function firstByteLanded(progress: ReadProgress): void {
+  progress.firstByteMs = performance.now();
+  progress.onFirstByte?.();
+}
+
 export class HttpOrigin implements Origin {
   readonly location: string;
   readonly stats: OriginStats = { requests: 0, retries: 0, bytesRead: 0 };
@@ -400,7 +405,7 @@ export class HttpOrigin implements Origin {
       target: target.subarray(progress.filled),
       accepts: (head) => rangeResponseProblem(call.path, head, start, end) === undefined,
       onBodyBytes: (count) => {
-        if (progress.filled === 0) progress.firstByteMs ??= performance.now();
+        if (progress.firstByteMs === undefined) firstByteLanded(progress);
         progress.filled += count;
         this.stats.bytesRead += count;
       },
@@ -420,7 +425,7 @@ export class HttpOrigin implements Origin {
           throw new WeightcastError('ORIGIN_RANGE_UNSUPPORTED', message, { file: call.path });
         }
         target.set(chunk, progress.filled);
-        if (progress.filled === 0) progress.firstByteMs ??= performance.now();
+        if (progress.firstByteMs === undefined) firstByteLanded(progress);
         progress.filled += chunk.length;
         this.stats.bytesRead += chunk.length;
       }

@@ -27,6 +27,8 @@ export interface ReadProgress {
   filled: number;
   /** `performance.now()` when the read's first byte landed (HTTP origins; unset before). */
   firstByteMs?: number;
+  /** Called once, when `firstByteMs` is set. */
+  onFirstByte?: () => void;
 }
 
 export interface Origin {

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import { isWeightcastError, type WeightcastError } from '../../src/errors.js';
 import type { FaultHook, FaultRequest } from '../../src/origin/file-server.js';
+import type { ReadProgress } from '../../src/origin/origin.js';
 import {
   HttpOrigin,
   parseContentRange,
@@ -521,14 +522,17 @@ bothTransports(
       request.range?.start === 0 ? { kind: 'stall', afterBytes: 1024, ms: STALL_MS } : undefined;
     const { origin, done } = await setup(transport, stallFirst, { connections: 1 });
     try {
-      const first = { filled: 0 } as { filled: number; firstByteMs?: number };
-      const second = { filled: 0 } as { filled: number; firstByteMs?: number };
+      let calls = 0;
+      const onFirstByte = (): void => void calls++;
+      const first: ReadProgress = { filled: 0, onFirstByte };
+      const second: ReadProgress = { filled: 0, onFirstByte };
       const startedMs = performance.now();
       await Promise.all([
         origin.readInto(WEIGHTS, 0, new Uint8Array(64 * 1024), { progress: first }),
         origin.readInto(WEIGHTS, 1024 * 1024, new Uint8Array(64 * 1024), { progress: second }),
       ]);
       assert.equal(second.filled, 64 * 1024);
+      assert.equal(calls, 2, 'onFirstByte: once per read');
       assert.ok(first.firstByteMs !== undefined && second.firstByteMs !== undefined);
       assert.ok(
         first.firstByteMs - startedMs < STALL_MS,

@@ -4,9 +4,9 @@ import { endingCheck } from '../../src/swarm/agent/member.js';
 
 const MiB = 1024 * 1024;
 
-test('endingCheck: no byte yet (sent, or queued behind another request), look again soon', () => {
-  assert.equal(endingCheck(0, MiB, 40, 30), 10);
-  assert.equal(endingCheck(0, MiB, 400, 250), 10, 'not a whole lead: a fast piece would be over by then');
+test('endingCheck: no byte yet, look again after one lead (the first byte also triggers a look)', () => {
+  assert.equal(endingCheck(0, MiB, 40, 30), 30);
+  assert.equal(endingCheck(0, MiB, 40, 1), 5, 'never sooner than the recheck floor');
 });
 
 test('endingCheck: a flow one lead from its end at its own rate is ending', () => {

@@ -113,12 +113,6 @@ const ENDING_LEAD_MAX_MS = 250;
 const ENDING_LEAD_ROUND_TRIPS = 3;
 /** A transfer's progress is looked at again no sooner than this. */
 const ENDING_RECHECK_MIN_MS = 5;
-/**
- * While no byte has landed (the request is on its way, or waits behind another on the peer's one
- * connection), the transfer is looked at this often: a piece that then arrives at a fast share is
- * over within a few tens of ms, and a check a whole lead later would miss its end.
- */
-const ENDING_RECHECK_WAITING_MS = 10;
 /** Bytes that ran for less than this are a burst, not a rate. */
 const ENDING_SAMPLE_MIN_MS = 10;
 /** Weight of the newest sample in the running estimate of the scheduler round trip. */
@@ -470,9 +464,12 @@ export class SwarmMember {
   }
 
   /**
-   * The pipelining notice: looks at the transfer one lead time after it starts, then again when,
-   * at the rate its bytes have arrived so far, it should be one lead time from its end; announces it
-   * as ending once that is now. A few timer wake-ups per transfer.
+   * The pipelining notice: looks at the transfer shortly after its first byte lands (HTTP sources
+   * say when; a request queued behind another on the peer's one connection may wait a while, and a
+   * piece arriving at a fast share is over within tens of ms), or one lead after the start for a
+   * source that does not say; then again when, at the rate its bytes have arrived since the first,
+   * it should be one lead time from its end; announces it as ending once that is now. A few timer
+   * wake-ups per transfer.
    */
   private watchForEnding(transferId: number, fetch: Fetch): void {
     const check = (): void => {
@@ -485,11 +482,15 @@ export class SwarmMember {
         this.flushReports();
         return;
       }
-      fetch.endingTimer = setTimeout(check, next);
+      lookAt(next);
+    };
+    const lookAt = (delayMs: number): void => {
+      clearTimeout(fetch.endingTimer);
+      fetch.endingTimer = setTimeout(check, delayMs);
       fetch.endingTimer.unref();
     };
-    fetch.endingTimer = setTimeout(check, ENDING_RECHECK_WAITING_MS);
-    fetch.endingTimer.unref();
+    fetch.progress.onFirstByte = () => lookAt(ENDING_SAMPLE_MIN_MS);
+    lookAt(this.endingLeadMs());
   }
 
   /** Fetches, verifies and stores one piece; never throws (the outcome says what happened). */
@@ -602,10 +603,13 @@ export class SwarmMember {
     const chunk = throttle.limited ? READ_CHUNK_CAPPED_BYTES : buffer.length;
     for (let done = 0; done < buffer.length; done += chunk) {
       const part = buffer.subarray(done, Math.min(buffer.length, done + chunk));
-      const chunkFirstByteMs = fetch.progress.firstByteMs;
-      if (chunkFirstByteMs !== undefined) fetch.firstByteMs ??= chunkFirstByteMs;
+      // The first chunk reads into the fetch's own progress object (watchForEnding listens to it).
+      if (done > 0) {
+        const chunkFirstByteMs = fetch.progress.firstByteMs;
+        if (chunkFirstByteMs !== undefined) fetch.firstByteMs ??= chunkFirstByteMs;
+        fetch.progress = { filled: 0 };
+      }
       fetch.landedBefore = done;
-      fetch.progress = { filled: 0 };
       await Promise.all([
         source.readInto(where.file.path, where.offset + done, part, { signal, progress: fetch.progress }),
         throttle.take(part.length, signal),
@@ -713,9 +717,10 @@ function firstByteOf(fetch: Fetch): number {
 /**
  * Whether a transfer is one lead time from its end, judged by its own progress: `landed` of
  * `length` bytes in the `elapsedMs` since its first byte. Returns 'ending', or how long to wait
- * before looking again: a short while when no byte has landed or the bytes have run too briefly to
- * give a rate; else until one lead before the end at the rate so far, but no longer than half the
- * time left (the flow's share of its links changes as other flows come and go).
+ * before looking again: one lead while no byte has landed (the first byte's arrival also triggers a
+ * look); a few ms when the bytes have run too briefly to give a rate; else until one lead before the
+ * end at the rate so far, but no longer than half the time left (the flow's share of its links
+ * changes as other flows come and go).
  */
 export function endingCheck(
   landed: number,
@@ -724,7 +729,7 @@ export function endingCheck(
   leadMs: number,
 ): 'ending' | number {
   if (landed >= length) return 'ending';
-  if (landed <= 0) return ENDING_RECHECK_WAITING_MS;
+  if (landed <= 0) return Math.max(ENDING_RECHECK_MIN_MS, leadMs);
   if (elapsedMs < ENDING_SAMPLE_MIN_MS)
     return Math.max(ENDING_RECHECK_MIN_MS, ENDING_SAMPLE_MIN_MS - elapsedMs);
   const remainingMs = ((length - landed) * elapsedMs) / landed;
