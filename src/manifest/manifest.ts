@@ -22,7 +22,7 @@ export const MANIFEST_FORMAT = 'weightcast-manifest';
 export const MANIFEST_VERSION = 1;
 /** The largest piece size a manifest gets by default (models of 8 GiB and up). */
 export const PIECE_SIZE_DEFAULT = 16 * 1024 * 1024;
-/** The smallest piece size a manifest gets by default (models under 128 MiB). */
+/** The smallest piece size a manifest gets by default (models under 256 MiB). */
 export const PIECE_SIZE_DEFAULT_MIN = 256 * 1024;
 /** A default piece size gives a model at least this many pieces while it is within its bounds. */
 export const PIECES_PER_MODEL_TARGET = 512;
