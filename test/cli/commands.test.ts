@@ -154,3 +154,40 @@ test('bad input gets a typed error and a non-zero exit code', async () => {
     await dir.cleanup();
   }
 });
+
+test('a service URL that is not http(s) is a usage error before anything starts', async () => {
+  const dir = await tempDir('cli-url');
+  try {
+    const cache = join(dir.path, 'cache');
+    const cases: Array<{ argv: string[]; flag: string }> = [
+      { argv: ['agent', '--scheduler', 'nothere', '--cache', cache, '--port', '0'], flag: '--scheduler' },
+      {
+        argv: ['agent', '--scheduler', 'http://127.0.0.1:9', '--cache', cache, '--advertise', 'peer:7001'],
+        flag: '--advertise',
+      },
+      {
+        argv: ['distribute', 'sha256:' + 'a'.repeat(64), '--scheduler', 'ftp://x/', '--mode', 'balanced'],
+        flag: '--scheduler',
+      },
+    ];
+    for (const { argv, flag } of cases) {
+      const io = memoryIo();
+      assert.equal(await runCli(argv, io), 2, argv.join(' '));
+      assert.match(io.err.join(''), new RegExp(`USAGE: ${flag} must be an http\\(s\\) URL`), argv.join(' '));
+    }
+    // The agent never started: it wrote nothing into its cache.
+    await assert.rejects(readFile(join(cache, 'agent.json')), { code: 'ENOENT' });
+
+    await writeSmallModel(join(dir.path, 'm'));
+    const manifestPath = join(dir.path, 'm.json');
+    assert.equal(await runCli(['manifest', join(dir.path, 'm'), '--out', manifestPath], memoryIo()), 0);
+    for (const flag of ['--scheduler', '--agent']) {
+      const io = memoryIo();
+      const argv = ['pull', join(dir.path, 'm'), '--to', join(dir.path, 'o'), '--manifest', manifestPath];
+      assert.equal(await runCli([...argv, flag, '10.0.0.1:7000'], io), 2, flag);
+      assert.match(io.err.join(''), new RegExp(`USAGE: ${flag} must be an http\\(s\\) URL`));
+    }
+  } finally {
+    await dir.cleanup();
+  }
+});

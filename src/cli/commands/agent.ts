@@ -6,6 +6,7 @@ import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
+import { serviceUrlFlag } from './shared.js';
 import { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
@@ -65,6 +66,8 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
+    serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
+    if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
     const seed =

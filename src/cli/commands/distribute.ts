@@ -26,6 +26,7 @@ import { formatBytes, formatSeconds, parseMbps, parsePositiveInt } from '../../u
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
+import { serviceUrlFlag } from './shared.js';
 
 interface DistributeFlags {
   scheduler: string;
@@ -77,6 +78,7 @@ export async function distributeCommand(
   const json = flags.json === true;
   try {
     const hex = modelNameOf(modelText);
+    serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
     if (!isDistributeMode(flags.mode)) {
       throw new WeightcastError('USAGE', `--mode must be one of ${DISTRIBUTE_MODES.join(', ')}`);
     }

@@ -25,7 +25,7 @@ import { formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
-import { openSource, withTokenOption } from './shared.js';
+import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
 /** Largest piece of a tensor the whole-model load handles at once. */
@@ -280,7 +280,9 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
       signal: io.signal,
       ...(manifest === undefined ? {} : { manifest }),
       ...(planManifest === undefined ? {} : { planManifest }),
-      ...(flags.agent === undefined ? {} : { agentUrl: flags.agent }),
+      ...(flags.agent === undefined
+        ? {}
+        : { agentUrl: serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7001') }),
       ...(token === undefined || token === '' ? {} : { token }),
       onEvent: (event) => {
         if (event.type === 'progress') progress.update(event.bytesDelivered, event.bytesTotal);

@@ -15,7 +15,7 @@ import {
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
-import { openSource, withTokenOption } from './shared.js';
+import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
 import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
 import { WeightcastError } from '../../errors.js';
 import { openSeedSource } from '../../seed/read/open.js';
@@ -225,6 +225,8 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
     if (flags.scheduler !== undefined && flags.agent !== undefined) {
       throw new WeightcastError('USAGE', 'give --scheduler or --agent, not both');
     }
+    if (flags.scheduler !== undefined) serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
+    if (flags.agent !== undefined) serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7001');
     if (flags.manifest === undefined) {
       throw new WeightcastError(
         'SWARM_NEEDS_MANIFEST',

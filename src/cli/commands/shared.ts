@@ -1,5 +1,6 @@
-/** Option handling shared by the commands that read from an origin. */
+/** Option handling shared by the commands that read from an origin or talk to a swarm service. */
 
+import { WeightcastError } from '../../errors.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Command } from 'commander';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
@@ -32,4 +33,25 @@ export function withTokenOption(command: Command): Command {
     '--token <token>',
     'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)',
   );
+}
+
+/**
+ * A URL flag naming a weightcast service (--scheduler, --agent, --advertise): an http(s) URL, or a
+ * USAGE error that says what was given. Without this check a typo surfaced later as an unreachable
+ * scheduler, and an agent ran on without one.
+ */
+export function serviceUrlFlag(text: string, flag: string, example: string): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(text);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    throw new WeightcastError(
+      'USAGE',
+      `${flag} must be an http(s) URL such as ${example}, got ${JSON.stringify(text)}`,
+    );
+  }
+  return text;
 }
