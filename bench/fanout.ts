@@ -15,10 +15,7 @@
  * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
- * Flags: --hosts N (8), --size-mb S (256), --mbps B (200), --origin-mbps U (B), --piece-mb P (the manifest's default for the model's size:
- * 512 KiB at 256 MiB; 0.25 is 256 KiB),
- * --origin-readers K (the simulator's choice), --ring-parents K (the scheduler's default),
- * --legs naive,swarm, --work DIR (the temp dir), --loopback, --keep, --json.
+ * Flags: see USAGE below.
  */
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -113,7 +110,16 @@ interface Options {
 
 class UsageError extends Error {}
 
-function parseOptions(argv: readonly string[]): Options {
+const USAGE = [
+  'usage: npm run bench:fanout -- [flags]',
+  '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
+  "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
+  "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
+  '  --legs naive,swarm (both)  --skip-copy-out  --warm-up-mb M (64)',
+  '  --work DIR (the temp dir)  --loopback  --keep  --json',
+].join('\n');
+
+function parseOptions(argv: readonly string[]): Options | 'help' {
   const { values } = parseArgs({
     args: [...argv],
     options: {
@@ -131,9 +137,11 @@ function parseOptions(argv: readonly string[]): Options {
       'skip-copy-out': { type: 'boolean', default: false },
       'warm-up-mb': { type: 'string', default: '64' },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
+      help: { type: 'boolean', default: false },
     },
     strict: true,
   });
+  if (values.help) return 'help';
   const mbps = number(values.mbps, '--mbps', MBPS_MIN, MBPS_MAX);
   const legs = values.legs.split(',').map((leg) => leg.trim());
   for (const leg of legs) {
@@ -862,9 +870,14 @@ function printReport(report: Report): void {
 async function main(argv: readonly string[]): Promise<number> {
   let options: Options;
   try {
-    options = parseOptions(argv);
+    const parsed = parseOptions(argv);
+    if (parsed === 'help') {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    options = parsed;
   } catch (error) {
-    log(`bench:fanout: ${error instanceof Error ? error.message : String(error)}`);
+    log(`bench:fanout: ${error instanceof Error ? error.message : String(error)}\n${USAGE}`);
     return 2;
   }
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
