@@ -230,8 +230,10 @@ export class Agent {
     const storeOptions = options.store ?? { dataDir: join(modelDir, 'files'), stateDir: modelDir };
     await mkdir(storeOptions.stateDir, { recursive: true });
     if (options.store === undefined) {
-      await writeFile(join(modelDir, 'manifest.json'), manifestBytes);
-      await writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n');
+      await Promise.all([
+        writeFile(join(modelDir, 'manifest.json'), manifestBytes),
+        writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n'),
+      ]);
     }
     const origin = openOrigin(options.source, {
       files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),

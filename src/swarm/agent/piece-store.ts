@@ -57,15 +57,19 @@ export class PieceStore {
 
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
   static async open(map: PieceMap, options: PieceStoreOptions): Promise<PieceStore> {
-    await mkdir(options.stateDir, { recursive: true });
-    await mkdir(options.dataDir, { recursive: true });
     const model = manifestDigest(map.manifest);
-    const boot = await bootId();
     const statePath = join(options.stateDir, 'store.json');
     const journalPath = join(options.stateDir, 'journal');
+    // Independent round trips at once (a state file that cannot be read yet means a new store).
+    const [boot, stateText] = await Promise.all([
+      bootId(),
+      readFile(statePath, 'utf8').catch(() => undefined),
+      mkdir(options.stateDir, { recursive: true }),
+      mkdir(options.dataDir, { recursive: true }),
+    ]);
     let previous: { model?: string; boot?: string } = {};
     try {
-      previous = JSON.parse(await readFile(statePath, 'utf8')) as typeof previous;
+      previous = stateText === undefined ? {} : (JSON.parse(stateText) as typeof previous);
     } catch {
       previous = {};
     }
@@ -228,28 +232,46 @@ export class PieceStore {
     for (const wake of waiting) wake();
   }
 
+  /**
+   * Opens every file at once: one after another, a model's files cost five file-system round trips
+   * each, which held a joining agent's first request back by tens of ms on a busy host.
+   */
   private async openFiles(): Promise<void> {
-    for (const file of this.map.manifest.files) {
-      const dataPath = join(this.options.dataDir, file.path);
-      const finalPath =
-        this.options.finalDir === undefined ? undefined : join(this.options.finalDir, file.path);
-      // A completed pull file already sits at its final name; it is adopted below if it verifies.
-      const atFinal =
-        finalPath !== undefined &&
-        (await stat(dataPath).catch(() => undefined)) === undefined &&
-        (await stat(finalPath).catch(() => undefined))?.isFile() === true;
-      const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
-      await mkdir(dirname(path), { recursive: true });
-      const handle = await open(path, atFinal ? 'r' : await openFlags(path));
-      try {
-        const size = (await handle.stat()).size;
-        if (!atFinal && size !== file.size) await handle.truncate(file.size);
-      } catch (error) {
-        await handle.close();
-        throw error;
-      }
-      this.files.push({ handle, remaining: file.pieces.length, final: atFinal });
+    const opened = await Promise.allSettled(this.map.manifest.files.map((file) => this.openFile(file)));
+    const failed = opened.find((result) => result.status === 'rejected');
+    if (failed !== undefined) {
+      await Promise.allSettled(
+        opened.map((result) => (result.status === 'fulfilled' ? result.value.handle.close() : undefined)),
+      );
+      throw failed.reason;
     }
+    for (const result of opened) if (result.status === 'fulfilled') this.files.push(result.value);
+  }
+
+  private async openFile(file: {
+    path: string;
+    size: number;
+    pieces: readonly string[];
+  }): Promise<FileState> {
+    const dataPath = join(this.options.dataDir, file.path);
+    const finalPath =
+      this.options.finalDir === undefined ? undefined : join(this.options.finalDir, file.path);
+    // A completed pull file already sits at its final name; it is adopted below if it verifies.
+    const atFinal =
+      finalPath !== undefined &&
+      (await stat(dataPath).catch(() => undefined)) === undefined &&
+      (await stat(finalPath).catch(() => undefined))?.isFile() === true;
+    const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
+    await mkdir(dirname(path), { recursive: true });
+    const handle = await open(path, atFinal ? 'r' : await openFlags(path));
+    try {
+      const size = (await handle.stat()).size;
+      if (!atFinal && size !== file.size) await handle.truncate(file.size);
+    } catch (error) {
+      await handle.close();
+      throw error;
+    }
+    return { handle, remaining: file.pieces.length, final: atFinal };
   }
 
   private async restore(
