@@ -240,9 +240,10 @@ export class PieceStore {
     const opened = await Promise.allSettled(this.map.manifest.files.map((file) => this.openFile(file)));
     const failed = opened.find((result) => result.status === 'rejected');
     if (failed !== undefined) {
-      await Promise.allSettled(
-        opened.map((result) => (result.status === 'fulfilled' ? result.value.handle.close() : undefined)),
+      const handles = opened.flatMap((result) =>
+        result.status === 'fulfilled' ? [result.value.handle] : [],
       );
+      await Promise.allSettled(handles.map((handle) => handle.close()));
       throw failed.reason;
     }
     for (const result of opened) if (result.status === 'fulfilled') this.files.push(result.value);
