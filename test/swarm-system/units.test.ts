@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { Manifest } from '../../src/manifest/manifest.js';
@@ -138,6 +138,23 @@ describe('PieceStore', () => {
       await store.read(2, target);
       assert.deepEqual(target, a.subarray(2 * PIECE));
       assert.ok(store.complete);
+      await store.close();
+    } finally {
+      await dir.cleanup();
+    }
+  });
+
+  it('refuses to open when one of its files cannot be opened, and opens once that is fixed', async () => {
+    const dir = await tempDir('store-blocked');
+    try {
+      const map = new PieceMap(manifestOf(files));
+      const options = { dataDir: join(dir.path, 'data'), stateDir: join(dir.path, 'state') };
+      // A directory where the file c/b.bin belongs: that file's open fails, the others succeed.
+      await mkdir(join(options.dataDir, 'c', 'b.bin'), { recursive: true });
+      await assert.rejects(PieceStore.open(map, options), { code: 'EISDIR' });
+      await rm(join(options.dataDir, 'c', 'b.bin'), { recursive: true });
+      const store = await PieceStore.open(map, options);
+      assert.equal(await store.put(3, pieceBytes(map, 3)), 'stored');
       await store.close();
     } finally {
       await dir.cleanup();
