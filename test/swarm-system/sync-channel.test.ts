@@ -4,7 +4,14 @@ import { describe, it } from 'node:test';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
+import { join } from 'node:path';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { SwarmMember } from '../../src/swarm/agent/member.js';
+import { PieceStore } from '../../src/swarm/agent/piece-store.js';
+import { PieceMap } from '../../src/swarm/piece-map.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
+import { Throttle } from '../../src/util/throttle.js';
+import { tempDir } from '../helpers/fixtures.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
@@ -168,4 +175,54 @@ describe('sync channel against a real scheduler', () => {
       await scheduler.close();
     }
   });
+});
+
+describe('a member registering with a real scheduler', () => {
+  for (const [name, inlineMax] of [
+    ['sends a small manifest with its first registration', undefined],
+    ['sends a large manifest only once the scheduler asks for it', 0],
+  ] as const) {
+    it(name, async () => {
+      const scheduler = await startScheduler({ originReaders: 1 });
+      const dir = await tempDir('member-register');
+      const manifest = manifestOf(4);
+      const map = new PieceMap(manifest);
+      const store = await PieceStore.open(map, { dataDir: join(dir.path, 'data'), stateDir: dir.path });
+      const origin = new LocalOrigin(join(dir.path, 'no-model-here'));
+      let member: SwarmMember | undefined;
+      try {
+        const registered = new Promise<number>((resolve, reject) => {
+          member = new SwarmMember({
+            model: manifestDigest(manifest).slice('sha256:'.length),
+            map,
+            manifestBytes: encodeManifest(manifest),
+            store,
+            origin,
+            schedulerUrl: scheduler.url,
+            identity: {
+              name: 'a',
+              url: 'http://127.0.0.1:9/',
+              uploadBytesPerSecond: 1e8,
+              downloadBytesPerSecond: 1e8,
+            },
+            downloadThrottle: new Throttle(undefined),
+            ...(inlineMax === undefined ? {} : { manifestInlineBytesMax: inlineMax }),
+            onEvent: (event) => {
+              if (event.type === 'registered') resolve(event.host);
+              if (event.type === 'scheduler-lost') reject(new Error(event.reason));
+            },
+          });
+          member.start();
+        });
+        assert.equal(await registered, 0);
+        assert.equal(scheduler.swarms.size, 1, 'the swarm was created from the manifest it was sent');
+      } finally {
+        await member?.close();
+        await store.close();
+        await origin.close();
+        await scheduler.close();
+        await dir.cleanup();
+      }
+    });
+  }
 });

@@ -48,7 +48,7 @@ export interface MemberOptions {
   /** The manifest digest's hex: the model's name on the wire. */
   model: string;
   map: PieceMap;
-  /** Canonical manifest bytes, sent when the scheduler does not know the model yet. */
+  /** Canonical manifest bytes, sent with a registration (see manifestInlineBytesMax). */
   manifestBytes: Buffer;
   store: PieceStore;
   origin: Origin;
@@ -59,6 +59,11 @@ export interface MemberOptions {
   downloadsMax?: number;
   /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
   peerIdleTimeoutMs?: number;
+  /**
+   * A manifest up to this many bytes rides along with every registration; a larger one is sent only
+   * when the scheduler does not know the model yet. Default MANIFEST_INLINE_BYTES_MAX.
+   */
+  manifestInlineBytesMax?: number;
   onEvent?: (event: MemberEvent) => void;
 }
 
@@ -96,6 +101,12 @@ const REGISTER_RETRY_MS = 500;
 const HEARTBEAT_MS = 2000;
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
+/**
+ * A manifest up to this size rides along with every registration (a 256 MiB model in 512 KiB
+ * pieces has a 41 KB one); a larger one (a 1 TB model's is megabytes) only when the scheduler does
+ * not know the model yet.
+ */
+export const MANIFEST_INLINE_BYTES_MAX = 128 * 1024;
 const PEER_HAVE_REFRESH_MS = 1000;
 const FALLBACK_ORIGIN_READS_MAX = 2;
 /** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
@@ -323,11 +334,15 @@ export class SwarmMember {
         timeoutMs: SCHEDULER_TIMEOUT_MS,
         signal: this.controller.signal,
       });
+    // A small manifest goes with the first try: agents joining a new model together would otherwise
+    // each be told the model is unknown and ask again. A large one is sent only when asked for.
+    const inline =
+      this.options.manifestBytes.length <= (this.options.manifestInlineBytesMax ?? MANIFEST_INLINE_BYTES_MAX);
     let raw: unknown;
     try {
-      raw = await post(false);
+      raw = await post(inline);
     } catch (error) {
-      if (!isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
+      if (inline || !isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
       raw = await post(true);
     }
     const registered = parseMessage(registeredSchema, raw, 'register reply');
