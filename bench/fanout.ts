@@ -106,6 +106,9 @@ interface Options {
   warmUpMb: number;
   /** Ring pairings (SwarmConfig.ringParents) for the scheduler and the simulator (0: off). */
   ringParents: number;
+  /** Pieces each host downloads and uploads at once (scheduler and simulator); undefined: their default. */
+  downloads: number | undefined;
+  uploads: number | undefined;
 }
 
 class UsageError extends Error {}
@@ -115,6 +118,7 @@ const USAGE = [
   '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
   "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
   "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
+  "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   '  --legs naive,swarm (both)  --skip-copy-out  --warm-up-mb M (64)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
 ].join('\n');
@@ -137,6 +141,8 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
       'skip-copy-out': { type: 'boolean', default: false },
       'warm-up-mb': { type: 'string', default: '64' },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
+      downloads: { type: 'string' },
+      uploads: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -168,7 +174,17 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
     skipCopyOut: values['skip-copy-out'],
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
     ringParents: integer(values['ring-parents'], '--ring-parents', 0, 64),
+    downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
+    uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
   };
+}
+
+/** `--downloads` and `--uploads` as given, for the scheduler and the simulator alike. */
+function concurrencyFlags(options: Options): string[] {
+  return [
+    ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
+    ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
+  ];
 }
 
 function number(text: string, what: string, min: number, max: number): number {
@@ -267,6 +283,7 @@ async function predict(
     ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
     '--ring-parents',
     String(options.ringParents),
+    ...concurrencyFlags(options),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -707,6 +724,7 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
     '--ring-parents',
     String(options.ringParents),
+    ...concurrencyFlags(options),
   ];
   const scheduler = spawnLogged(hostSet, hostSet.control.ns, schedulerArgv, logDir, 'scheduler');
   services.push(scheduler);

@@ -7,6 +7,11 @@ import { runCli } from '../../src/cli/main.js';
 import { memoryIo } from '../../src/cli/io.js';
 import { startFileServer } from '../../src/origin/file-server.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { encodeManifest, manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
+import { merkleRoot } from '../../src/manifest/merkle.js';
+import { callJson } from '../../src/swarm/wire/http-json.js';
+import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import { FrameReader, openChannel } from '../../src/swarm/wire/sync-channel.js';
 
 function jsonLines(out: string[]): Array<Record<string, unknown>> {
   return out
@@ -189,5 +194,62 @@ test('a service URL that is not http(s) is a usage error before anything starts'
     }
   } finally {
     await dir.cleanup();
+  }
+});
+
+test('scheduler --downloads sets how many pieces a host is given at once; 0 is a usage error', async () => {
+  // A scheduler that wrongly started would serve until its signal: stop it so the test fails, not hangs.
+  const bad = memoryIo(AbortSignal.timeout(5000));
+  assert.equal(await runCli(['scheduler', '--port', '0', '--downloads', '0'], bad), 2);
+  assert.match(bad.err.join(''), /--downloads/);
+
+  const digests = Array.from({ length: 8 }, (_, i) => createHash('sha256').update(`p${i}`).digest('hex'));
+  const manifest: Manifest = {
+    pieceSize: 65536,
+    files: [{ path: 'w.bin', size: 8 * 65536, merkleRoot: merkleRoot(digests), pieces: digests }],
+  };
+  const hex = manifestDigest(manifest).slice('sha256:'.length);
+  for (const downloads of [2, 3]) {
+    const stop = new AbortController();
+    const io = memoryIo(stop.signal);
+    const argv = ['scheduler', '--port', '0', '--downloads', String(downloads), '--uploads', '1'];
+    const running = runCli([...argv, '--origin-readers', '8', '--ring-parents', '0', '--json'], io);
+    try {
+      let url: string | undefined;
+      for (let i = 0; i < 100 && url === undefined; i++) {
+        const line = jsonLines(io.out).find((event) => event['event'] === 'listening');
+        url = typeof line?.['url'] === 'string' ? line['url'] : undefined;
+        if (url === undefined) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.ok(url !== undefined, 'the scheduler printed no URL');
+      const base = `${url}/v1/swarms/${hex}`;
+      const registered = (await callJson(`${base}/hosts`, 'the scheduler', {
+        method: 'POST',
+        timeoutMs: 5000,
+        body: {
+          name: 'a',
+          url: 'http://127.0.0.1:9/',
+          uploadBytesPerSecond: 1e8,
+          downloadBytesPerSecond: 1e8,
+          have: encodeBitfield(8, () => false),
+          manifest: encodeManifest(manifest).toString('utf8'),
+        },
+      })) as { host: number };
+      const { socket, head } = await openChannel(
+        `${base}/hosts/${registered.host}/channel`,
+        AbortSignal.timeout(10_000),
+      );
+      const reader = new FrameReader();
+      const frames: unknown[] = reader.push(head);
+      socket.on('data', (chunk: Buffer) => frames.push(...reader.push(chunk)));
+      for (let i = 0; i < 100 && frames.length === 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      socket.destroy();
+      const first = frames[0] as { assignments: unknown[] } | undefined;
+      assert.equal(first?.assignments.length, downloads, `--downloads ${downloads}`);
+    } finally {
+      stop.abort();
+      assert.equal(await running, 0);
+    }
   }
 });

@@ -15,6 +15,8 @@ interface SchedulerFlags {
   port: string;
   host: string;
   originReaders: string;
+  downloads: string;
+  uploads: string;
   hostTimeoutMs: string;
   seed: string;
   ringParents: string;
@@ -32,6 +34,16 @@ export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, 
       '--origin-readers <k>',
       'transfers allowed to read the origin at once',
       String(SWARM_SERVICE_DEFAULTS.originReaders),
+    )
+    .option(
+      '--downloads <n>',
+      'pieces each host downloads at once',
+      String(SWARM_SERVICE_DEFAULTS.downloadsPerHost),
+    )
+    .option(
+      '--uploads <n>',
+      'pieces each host uploads at once',
+      String(SWARM_SERVICE_DEFAULTS.uploadsPerHost),
     )
     .option(
       '--host-timeout-ms <ms>',
@@ -58,6 +70,8 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
       host: flags.host,
       port,
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
+      downloadsPerHost: parsePositiveInt(flags.downloads, '--downloads'),
+      uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
       hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
