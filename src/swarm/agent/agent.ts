@@ -229,23 +229,28 @@ export class Agent {
     const modelDir = join(this.options.cacheDir, hex);
     const storeOptions = options.store ?? { dataDir: join(modelDir, 'files'), stateDir: modelDir };
     await mkdir(storeOptions.stateDir, { recursive: true });
-    if (options.store === undefined) {
-      await Promise.all([
-        writeFile(join(modelDir, 'manifest.json'), manifestBytes),
-        writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n'),
-      ]);
-    }
+    // The job files (what a restarted agent resumes from) are written while the store opens.
+    const jobFiles =
+      options.store === undefined
+        ? Promise.all([
+            writeFile(join(modelDir, 'manifest.json'), manifestBytes),
+            writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n'),
+          ])
+        : Promise.resolve([]);
     const origin = openOrigin(options.source, {
       files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
       ...(options.token === undefined ? {} : { token: options.token }),
     });
-    let store: PieceStore;
-    try {
-      store = await PieceStore.open(map, storeOptions);
-    } catch (error) {
+    const [opened, written] = await Promise.allSettled([PieceStore.open(map, storeOptions), jobFiles]);
+    if (opened.status === 'rejected') {
       await origin.close();
-      throw error;
+      throw opened.reason;
     }
+    if (written.status === 'rejected') {
+      await Promise.allSettled([origin.close(), opened.value.close()]);
+      throw written.reason;
+    }
+    const store = opened.value;
     const member = new SwarmMember({
       model: hex,
       map,

@@ -16,6 +16,7 @@
 
 import { createHash } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest } from '../../manifest/manifest.js';
@@ -79,10 +80,24 @@ export class PieceStore {
     }
     const rehash = previous.boot !== undefined && previous.boot !== boot;
     const records = previous.model === model ? await readJournal(journalPath) : [];
-    await writeFile(statePath, JSON.stringify({ model, boot }) + '\n');
-    const store = new PieceStore(map, options, await JournalWriter.open(journalPath));
+    // The state file, the journal and the data files are independent: one round of I/O, not three
+    // (a join waits on this before it registers; under load every round costs milliseconds).
+    const [state, journal, files] = await Promise.allSettled([
+      writeFile(statePath, JSON.stringify({ model, boot }) + '\n'),
+      JournalWriter.open(journalPath),
+      openFiles(map, options),
+    ]);
+    if (state.status === 'rejected' || journal.status === 'rejected' || files.status === 'rejected') {
+      await Promise.allSettled([
+        ...(journal.status === 'fulfilled' ? [journal.value.close()] : []),
+        ...(files.status === 'fulfilled' ? files.value.map((file) => file.handle.close()) : []),
+      ]);
+      const failed = [state, journal, files].find((result) => result.status === 'rejected');
+      throw failed?.status === 'rejected' ? failed.reason : new Error('the store did not open');
+    }
+    const store = new PieceStore(map, options, journal.value);
+    store.files.push(...files.value);
     try {
-      await store.openFiles();
       await store.restore(records, rehash);
       await store.finishCompleteFiles();
     } catch (error) {
@@ -236,45 +251,6 @@ export class PieceStore {
    * Opens every file at once: one after another, a model's files cost five file-system round trips
    * each, which held a joining agent's first request back by tens of ms on a busy host.
    */
-  private async openFiles(): Promise<void> {
-    const opened = await Promise.allSettled(this.map.manifest.files.map((file) => this.openFile(file)));
-    const failed = opened.find((result) => result.status === 'rejected');
-    if (failed !== undefined) {
-      const handles = opened.flatMap((result) =>
-        result.status === 'fulfilled' ? [result.value.handle] : [],
-      );
-      await Promise.allSettled(handles.map((handle) => handle.close()));
-      throw failed.reason;
-    }
-    for (const result of opened) if (result.status === 'fulfilled') this.files.push(result.value);
-  }
-
-  private async openFile(file: {
-    path: string;
-    size: number;
-    pieces: readonly string[];
-  }): Promise<FileState> {
-    const dataPath = join(this.options.dataDir, file.path);
-    const finalPath =
-      this.options.finalDir === undefined ? undefined : join(this.options.finalDir, file.path);
-    // A completed pull file already sits at its final name; it is adopted below if it verifies.
-    const atFinal =
-      finalPath !== undefined &&
-      (await stat(dataPath).catch(() => undefined)) === undefined &&
-      (await stat(finalPath).catch(() => undefined))?.isFile() === true;
-    const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
-    await mkdir(dirname(path), { recursive: true });
-    const handle = await open(path, atFinal ? 'r' : await openFlags(path));
-    try {
-      const size = (await handle.stat()).size;
-      if (!atFinal && size !== file.size) await handle.truncate(file.size);
-    } catch (error) {
-      await handle.close();
-      throw error;
-    }
-    return { handle, remaining: file.pieces.length, final: atFinal };
-  }
-
   private async restore(
     records: ReadonlyArray<{ file: number; piece: number; digest: string }>,
     rehash: boolean,
@@ -356,8 +332,45 @@ export class PieceStore {
   }
 }
 
-async function openFlags(path: string): Promise<'r+' | 'w+'> {
-  return (await stat(path).catch(() => undefined)) === undefined ? 'w+' : 'r+';
+/** Read-write, created when missing, never truncated on open. */
+const OPEN_READ_WRITE_CREATE = constants.O_RDWR | constants.O_CREAT;
+
+/** Opens (creating, sparse, at their full size) every data file of the model, all at once. */
+async function openFiles(map: PieceMap, options: PieceStoreOptions): Promise<FileState[]> {
+  const opened = await Promise.allSettled(map.manifest.files.map((file) => openFile(file, options)));
+  const failed = opened.find((result) => result.status === 'rejected');
+  if (failed !== undefined) {
+    const handles = opened.flatMap((result) => (result.status === 'fulfilled' ? [result.value.handle] : []));
+    await Promise.allSettled(handles.map((handle) => handle.close()));
+    throw failed.reason;
+  }
+  return opened.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+}
+
+async function openFile(
+  file: { path: string; size: number; pieces: readonly string[] },
+  options: PieceStoreOptions,
+): Promise<FileState> {
+  const dataPath = join(options.dataDir, file.path);
+  const finalPath = options.finalDir === undefined ? undefined : join(options.finalDir, file.path);
+  // A completed pull file already sits at its final name; it is adopted below if it verifies.
+  const atFinal =
+    finalPath !== undefined &&
+    (await stat(dataPath).catch(() => undefined)) === undefined &&
+    (await stat(finalPath).catch(() => undefined))?.isFile() === true;
+  const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
+  // The data directory exists already (PieceStore.open makes it); only nested paths need theirs.
+  if (!atFinal && file.path.includes('/')) await mkdir(dirname(path), { recursive: true });
+  // Read-write, created if missing, never truncated: one call where a stat used to pick the flags.
+  const handle = await open(path, atFinal ? 'r' : OPEN_READ_WRITE_CREATE);
+  try {
+    const size = (await handle.stat()).size;
+    if (!atFinal && size !== file.size) await handle.truncate(file.size);
+  } catch (error) {
+    await handle.close();
+    throw error;
+  }
+  return { handle, remaining: file.pieces.length, final: atFinal };
 }
 
 async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
