@@ -13,7 +13,7 @@ import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
-import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import { encodeBitfield, parseMessage, registeredSchema } from '../../src/swarm/wire/protocol.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
 
 function manifestOf(pieces: number): Manifest {
@@ -108,6 +108,56 @@ describe('sync channel against a real scheduler', () => {
       await closed;
       const last = frames.pop();
       assert.equal(frameError(last, 'the scheduler')?.code, 'SWARM_PROTOCOL');
+    } finally {
+      await scheduler.close();
+    }
+  });
+
+  it('hands a host that asks for it its first assignment in the register reply; the channel takes its report', async () => {
+    const scheduler = await startScheduler({ originReaders: 1 });
+    const manifest = manifestOf(4);
+    const hex = manifestDigest(manifest).slice('sha256:'.length);
+    const base = `${scheduler.url}/v1/swarms/${hex}`;
+    const signal = AbortSignal.timeout(20_000);
+    const registerAs = async (name: string, assignmentsInReply: boolean): Promise<unknown> =>
+      callJson(`${base}/hosts`, 'the scheduler', {
+        method: 'POST',
+        timeoutMs: 5000,
+        body: {
+          name,
+          url: `http://127.0.0.1:9/${name}`,
+          uploadBytesPerSecond: 1e8,
+          downloadBytesPerSecond: 1e8,
+          have: encodeBitfield(4, () => false),
+          manifest: encodeManifest(manifest).toString('utf8'),
+          assignmentsInReply,
+        },
+      });
+    try {
+      const registered = parseMessage(registeredSchema, await registerAs('eager', true), 'register reply');
+      assert.equal(registered.assignments?.length, 1, 'the first assignment comes with the reply');
+      const first = registered.assignments[0]!;
+      assert.equal(first.from, 'origin');
+      const { socket, head } = await openChannel(`${base}/hosts/${registered.host}/channel`, signal);
+      const reader = new FrameReader();
+      const frames: unknown[] = reader.push(head);
+      socket.on('data', (chunk: Buffer) => frames.push(...reader.push(chunk)));
+      socket.write(
+        encodeFrame({ reports: [{ transferId: first.transferId, outcome: 'verified' }], waitMs: 0 }),
+      );
+      let next: { transferId: number; piece: number } | undefined;
+      for (let i = 0; i < 100 && next === undefined; i++) {
+        const frame = frames.shift() as
+          { assignments: Array<{ transferId: number; piece: number }> } | undefined;
+        if (frame === undefined) await new Promise((resolve) => setTimeout(resolve, 20));
+        next = frame?.assignments[0];
+      }
+      assert.ok(next !== undefined, 'the report was answered with the next assignment');
+      assert.notEqual(next.piece, first.piece, 'the reported piece counts as held');
+      socket.destroy();
+      // Without the flag (an older agent), the reply lists nothing: its work waits for its channel.
+      const plain = parseMessage(registeredSchema, await registerAs('plain', false), 'register reply');
+      assert.equal(plain.assignments, undefined);
     } finally {
       await scheduler.close();
     }

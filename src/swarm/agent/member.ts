@@ -324,6 +324,7 @@ export class SwarmMember {
       uploadBytesPerSecond: identity.uploadBytesPerSecond,
       downloadBytesPerSecond: identity.downloadBytesPerSecond,
       have: encodeBitfield(map.pieceCount, (piece) => store.has(piece)),
+      assignmentsInReply: true,
       ...(identity.zone === undefined ? {} : { zone: identity.zone }),
       ...(identity.rack === undefined ? {} : { rack: identity.rack }),
     };
@@ -352,6 +353,10 @@ export class SwarmMember {
     this.host = registered.host;
     this.schedulerDown = false;
     this.options.onEvent?.({ type: 'registered', host: registered.host, held: store.heldCount });
+    // The first transfers start now; their reports wait for the channel, which opens next.
+    if (registered.assignments !== undefined && registered.assignments.length > 0) {
+      this.apply({ assignments: registered.assignments, cancellations: [], peers: [] });
+    }
   }
 
   private loseScheduler(error: unknown): void {

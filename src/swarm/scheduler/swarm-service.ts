@@ -133,7 +133,12 @@ export class SwarmService {
       held,
     );
     this.distribute(nowMs);
-    return { host: id, pieceCount: this.map.pieceCount, hostTimeoutMs: this.options.hostTimeoutMs };
+    return {
+      host: id,
+      pieceCount: this.map.pieceCount,
+      hostTimeoutMs: this.options.hostTimeoutMs,
+      ...(message.assignmentsInReply === true ? { assignments: entry.outbox.splice(0) } : {}),
+    };
   }
 
   /** Applies a sync's reports and urgent pieces; the reply is taken with `takeReply`. */

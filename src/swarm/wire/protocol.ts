@@ -4,7 +4,8 @@
  * on arrival because they come from other machines; piece bodies are raw bytes.
  *
  * Scheduler API (JSON):
- *   POST   /v1/swarms/:model/hosts            Register   -> Registered  (409 SWARM_UNKNOWN_MODEL: send the manifest)
+ *   POST   /v1/swarms/:model/hosts            Register   -> Registered  (409 SWARM_UNKNOWN_MODEL: send the manifest;
+ *                                           with assignmentsInReply, the host's first assignments come back in it)
  *   GET    /v1/swarms/:model/hosts/:id/channel  Upgrade: weightcast-sync -> 101, then Sync frames in and
  *                                           SyncReply frames out, newline-delimited JSON (sync-channel.ts);
  *                                           what agents use
@@ -50,16 +51,14 @@ export const registerSchema = z.object({
   have: z.string().max(64 * 1024 * 1024),
   /** The canonical manifest bytes (utf8 JSON), needed the first time the scheduler sees the model. */
   manifest: z.string().max(JSON_BODY_BYTES_MAX).optional(),
+  /**
+   * The agent runs the assignments listed in the reply (Registered.assignments) and reports them
+   * on its channel: its first transfers start a round trip sooner. Without it they wait for the
+   * channel, as before, so an older agent loses nothing.
+   */
+  assignmentsInReply: z.boolean().optional(),
 });
 export type Register = z.infer<typeof registerSchema>;
-
-export const registeredSchema = z.object({
-  host: z.number().int().nonnegative(),
-  pieceCount: z.number().int().nonnegative(),
-  /** How often the scheduler expects a sync before it drops the host. */
-  hostTimeoutMs: z.number().int().positive(),
-});
-export type Registered = z.infer<typeof registeredSchema>;
 
 export const outcomeSchema = z.enum(['verified', 'corrupt', 'failed', 'cancelled']);
 
@@ -94,6 +93,16 @@ export const assignmentSchema = z.object({
   hedge: z.boolean(),
 });
 export type WireAssignment = z.infer<typeof assignmentSchema>;
+
+export const registeredSchema = z.object({
+  host: z.number().int().nonnegative(),
+  pieceCount: z.number().int().nonnegative(),
+  /** How often the scheduler expects a sync before it drops the host. */
+  hostTimeoutMs: z.number().int().positive(),
+  /** The host's first assignments, when the register asked for them (assignmentsInReply). */
+  assignments: z.array(assignmentSchema).max(SYNC_ITEMS_MAX).optional(),
+});
+export type Registered = z.infer<typeof registeredSchema>;
 
 export const syncReplySchema = z.object({
   assignments: z.array(assignmentSchema).max(SYNC_ITEMS_MAX),
