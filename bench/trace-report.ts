@@ -10,7 +10,7 @@
  * pieces anywhere in the swarm. Diagnostics only: it reads files and prints.
  */
 
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { textTable } from '../src/util/text-table.js';
@@ -294,6 +294,11 @@ if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(
   const dir = process.argv[2];
   if (dir === undefined) {
     process.stderr.write('usage: node dist/bench/trace-report.js LOGDIR (a fan-out run kept with --keep)\n');
+    process.exitCode = 2;
+  } else if (!existsSync(dir)) {
+    process.stderr.write(
+      `${dir}: no such directory (bench:fanout prints the logs directory it kept: "where the swarm's time went: ...")\n`,
+    );
     process.exitCode = 2;
   } else {
     const fetches = readTrace(dir, process.argv[3]);

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { concurrencyShares, pairingShares, readTrace, report, type Fetch } from '../../bench/trace-report.js';
 
@@ -95,4 +97,13 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('trace-report run on a directory that does not exist says so and exits 2, without a stack', () => {
+  const script = fileURLToPath(new URL('../../bench/trace-report.js', import.meta.url));
+  const missing = join(tmpdir(), `weightcast-no-such-logs-${process.pid}`);
+  const run = spawnSync(process.execPath, [script, missing], { encoding: 'utf8', timeout: 20_000 });
+  assert.equal(run.status, 2);
+  assert.match(run.stderr, /no such directory/);
+  assert.doesNotMatch(run.stderr, /\n\s+at /);
 });
