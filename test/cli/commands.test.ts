@@ -7,10 +7,8 @@ import { runCli } from '../../src/cli/main.js';
 import { memoryIo } from '../../src/cli/io.js';
 import { startFileServer } from '../../src/origin/file-server.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
-import { encodeManifest, manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
-import { merkleRoot } from '../../src/manifest/merkle.js';
-import { callJson } from '../../src/swarm/wire/http-json.js';
-import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import { manifestDigest } from '../../src/manifest/manifest.js';
+import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
 import { FrameReader, openChannel } from '../../src/swarm/wire/sync-channel.js';
 
 function jsonLines(out: string[]): Array<Record<string, unknown>> {
@@ -203,11 +201,7 @@ test('scheduler --downloads sets how many pieces a host is given at once; 0 is a
   assert.equal(await runCli(['scheduler', '--port', '0', '--downloads', '0'], bad), 2);
   assert.match(bad.err.join(''), /--downloads/);
 
-  const digests = Array.from({ length: 8 }, (_, i) => createHash('sha256').update(`p${i}`).digest('hex'));
-  const manifest: Manifest = {
-    pieceSize: 65536,
-    files: [{ path: 'w.bin', size: 8 * 65536, merkleRoot: merkleRoot(digests), pieces: digests }],
-  };
+  const manifest = fakeManifest(8, 'p');
   const hex = manifestDigest(manifest).slice('sha256:'.length);
   for (const downloads of [2, 3]) {
     const stop = new AbortController();
@@ -223,18 +217,7 @@ test('scheduler --downloads sets how many pieces a host is given at once; 0 is a
       }
       assert.ok(url !== undefined, 'the scheduler printed no URL');
       const base = `${url}/v1/swarms/${hex}`;
-      const registered = (await callJson(`${base}/hosts`, 'the scheduler', {
-        method: 'POST',
-        timeoutMs: 5000,
-        body: {
-          name: 'a',
-          url: 'http://127.0.0.1:9/',
-          uploadBytesPerSecond: 1e8,
-          downloadBytesPerSecond: 1e8,
-          have: encodeBitfield(8, () => false),
-          manifest: encodeManifest(manifest).toString('utf8'),
-        },
-      })) as { host: number };
+      const registered = (await registerBareHost(base, manifest, { name: 'a' })) as { host: number };
       const { socket, head } = await openChannel(
         `${base}/hosts/${registered.host}/channel`,
         AbortSignal.timeout(10_000),

@@ -1,9 +1,6 @@
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
-import type { Manifest } from '../../src/manifest/manifest.js';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
-import { merkleRoot } from '../../src/manifest/merkle.js';
 import { join } from 'node:path';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { SwarmMember } from '../../src/swarm/agent/member.js';
@@ -12,19 +9,9 @@ import { PieceMap } from '../../src/swarm/piece-map.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { tempDir } from '../helpers/fixtures.js';
-import { callJson } from '../../src/swarm/wire/http-json.js';
-import { encodeBitfield, parseMessage, registeredSchema } from '../../src/swarm/wire/protocol.js';
+import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
+import { parseMessage, registeredSchema } from '../../src/swarm/wire/protocol.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
-
-function manifestOf(pieces: number): Manifest {
-  const digests = Array.from({ length: pieces }, (_, i) =>
-    createHash('sha256').update(`c${i}`).digest('hex'),
-  );
-  return {
-    pieceSize: 65536,
-    files: [{ path: 'w.bin', size: pieces * 65536, merkleRoot: merkleRoot(digests), pieces: digests }],
-  };
-}
 
 describe('sync channel framing', () => {
   it('splits frames across chunks, keeps partial ones, and refuses long or non-JSON frames', () => {
@@ -50,23 +37,12 @@ describe('sync channel framing', () => {
 describe('sync channel against a real scheduler', () => {
   it('pushes assignments as they are made, answers reports, and refuses unknown hosts', async () => {
     const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = manifestOf(4);
+    const manifest = fakeManifest(4);
     const hex = manifestDigest(manifest).slice('sha256:'.length);
     const base = `${scheduler.url}/v1/swarms/${hex}`;
     const signal = AbortSignal.timeout(20_000);
     try {
-      const registered = (await callJson(`${base}/hosts`, 'the scheduler', {
-        method: 'POST',
-        timeoutMs: 5000,
-        body: {
-          name: 'a',
-          url: 'http://127.0.0.1:9/',
-          uploadBytesPerSecond: 1e8,
-          downloadBytesPerSecond: 1e8,
-          have: encodeBitfield(4, () => false),
-          manifest: encodeManifest(manifest).toString('utf8'),
-        },
-      })) as { host: number };
+      const registered = (await registerBareHost(base, manifest, { name: 'a' })) as { host: number };
       await assert.rejects(openChannel(`${base}/hosts/${registered.host + 7}/channel`, signal), {
         code: 'SWARM_UNKNOWN_HOST',
       });
@@ -115,24 +91,12 @@ describe('sync channel against a real scheduler', () => {
 
   it('hands a host that asks for it its first assignment in the register reply; the channel takes its report', async () => {
     const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = manifestOf(4);
+    const manifest = fakeManifest(4);
     const hex = manifestDigest(manifest).slice('sha256:'.length);
     const base = `${scheduler.url}/v1/swarms/${hex}`;
     const signal = AbortSignal.timeout(20_000);
     const registerAs = async (name: string, assignmentsInReply: boolean): Promise<unknown> =>
-      callJson(`${base}/hosts`, 'the scheduler', {
-        method: 'POST',
-        timeoutMs: 5000,
-        body: {
-          name,
-          url: `http://127.0.0.1:9/${name}`,
-          uploadBytesPerSecond: 1e8,
-          downloadBytesPerSecond: 1e8,
-          have: encodeBitfield(4, () => false),
-          manifest: encodeManifest(manifest).toString('utf8'),
-          assignmentsInReply,
-        },
-      });
+      registerBareHost(base, manifest, { name, assignmentsInReply, url: `http://127.0.0.1:9/${name}` });
     try {
       const registered = parseMessage(registeredSchema, await registerAs('eager', true), 'register reply');
       assert.equal(registered.assignments?.length, 1, 'the first assignment comes with the reply');
@@ -165,25 +129,12 @@ describe('sync channel against a real scheduler', () => {
 
   it('closes a channel whose host registered again (ids are reused), so it cannot take the new replies', async () => {
     const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = manifestOf(4);
+    const manifest = fakeManifest(4);
     const hex = manifestDigest(manifest).slice('sha256:'.length);
     const base = `${scheduler.url}/v1/swarms/${hex}`;
     const signal = AbortSignal.timeout(20_000);
     const register = async (): Promise<number> =>
-      (
-        (await callJson(`${base}/hosts`, 'the scheduler', {
-          method: 'POST',
-          timeoutMs: 5000,
-          body: {
-            name: 'same-name',
-            url: 'http://127.0.0.1:9/',
-            uploadBytesPerSecond: 1e8,
-            downloadBytesPerSecond: 1e8,
-            have: encodeBitfield(4, () => false),
-            manifest: encodeManifest(manifest).toString('utf8'),
-          },
-        })) as { host: number }
-      ).host;
+      ((await registerBareHost(base, manifest, { name: 'same-name' })) as { host: number }).host;
     try {
       const first = await register();
       const old = await openChannel(`${base}/hosts/${first}/channel`, signal);
@@ -235,7 +186,7 @@ describe('a member registering with a real scheduler', () => {
     it(name, async () => {
       const scheduler = await startScheduler({ originReaders: 1 });
       const dir = await tempDir('member-register');
-      const manifest = manifestOf(4);
+      const manifest = fakeManifest(4);
       const map = new PieceMap(manifest);
       const store = await PieceStore.open(map, { dataDir: join(dir.path, 'data'), stateDir: dir.path });
       const origin = new LocalOrigin(join(dir.path, 'no-model-here'));

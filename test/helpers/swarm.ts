@@ -1,0 +1,46 @@
+/**
+ * Test helpers for talking to a real scheduler without an agent: a small manifest of made-up piece
+ * digests, and a bare registration over HTTP (what an agent's first message carries).
+ */
+
+import { createHash } from 'node:crypto';
+import { encodeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { merkleRoot } from '../../src/manifest/merkle.js';
+import { callJson } from '../../src/swarm/wire/http-json.js';
+import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+
+/** A one-file manifest of `pieces` 64 KiB pieces; `salt` makes different models of the same size. */
+export function fakeManifest(pieces: number, salt = 'c'): Manifest {
+  const digests = Array.from({ length: pieces }, (_, i) =>
+    createHash('sha256').update(`${salt}${i}`).digest('hex'),
+  );
+  return {
+    pieceSize: 65536,
+    files: [{ path: 'w.bin', size: pieces * 65536, merkleRoot: merkleRoot(digests), pieces: digests }],
+  };
+}
+
+/**
+ * Registers a host holding nothing with the swarm at `swarmUrl` (`.../v1/swarms/:model`), sending the
+ * manifest along; returns the scheduler's reply unchecked.
+ */
+export async function registerBareHost(
+  swarmUrl: string,
+  manifest: Manifest,
+  options: { name: string; assignmentsInReply?: boolean; url?: string },
+): Promise<unknown> {
+  const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+  return callJson(`${swarmUrl}/hosts`, 'the scheduler', {
+    method: 'POST',
+    timeoutMs: 5000,
+    body: {
+      name: options.name,
+      url: options.url ?? 'http://127.0.0.1:9/',
+      uploadBytesPerSecond: 1e8,
+      downloadBytesPerSecond: 1e8,
+      have: encodeBitfield(pieces, () => false),
+      manifest: encodeManifest(manifest).toString('utf8'),
+      ...(options.assignmentsInReply === undefined ? {} : { assignmentsInReply: options.assignmentsInReply }),
+    },
+  });
+}
