@@ -64,6 +64,7 @@ import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netn
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = join(ROOT, 'bin', 'weightcast.js');
+const JOIN_CLIENT = fileURLToPath(new URL('./netns/join-client.js', import.meta.url));
 const FILE_SERVER = join(ROOT, 'dist', 'src', 'origin', 'file-server-main.js');
 const NODE = process.execPath;
 
@@ -371,19 +372,24 @@ interface HostRun {
  * "At once" through a starting gate: each host's command first waits in a shell that has said
  * `ready`; once every shell has, the clock starts and all are released together. Spawning a process
  * in a namespace takes ~10 ms on this machine, so without the gate the eighth host's request went
- * out ~90 ms after the first and that skew counted as the system's time.
+ * out ~90 ms after the first and that skew counted as the system's time. A `selfGated` command
+ * (the swarm's join client) does the waiting itself, after its own start-up. `onRelease` runs just
+ * before the release, for readings that should not count the commands' start-up.
  */
 async function runOnEveryHost(
   hostSet: HostSet,
   argvFor: (host: Endpoint, index: number) => string[],
   timeoutMs: number,
   logAs: { dir: string; name: string },
+  gate: { selfGated?: boolean; onRelease?: () => void } = {},
 ): Promise<HostRun[]> {
   const children = hostSet.hosts.map((host, index) =>
     spawnLogged(
       hostSet,
       host.ns,
-      ['sh', '-c', 'echo ready; read go; exec "$@"', 'gate', ...argvFor(host, index)],
+      gate.selfGated === true
+        ? argvFor(host, index)
+        : ['sh', '-c', 'echo ready; read go; exec "$@"', 'gate', ...argvFor(host, index)],
       logAs.dir,
       `${logAs.name}-${host.label}`,
     ),
@@ -398,6 +404,7 @@ async function runOnEveryHost(
       ),
     ),
   );
+  gate.onRelease?.();
   const started = performance.now();
   for (const child of children) child.stdin?.end('go\n');
   return Promise.all(
@@ -513,14 +520,29 @@ async function measureRuns(
   leg: string,
   argvFor: (host: Endpoint, index: number) => string[],
   timeoutMs: number,
+  selfGated = false,
 ): Promise<LegMeasurement> {
   const { hostSet } = context;
   const txBefore = await hostSet.txBytes(hostSet.origin.ns);
-  const cpuBefore = cpuSecondsUsed(hostSet.livePids());
-  const machineBefore = machineBusySeconds();
-  const started = performance.now();
+  // Read at the release: the commands' own start-up (before the gate) is not the leg's work.
+  let cpuBefore: number | undefined;
+  let machineBefore: number | undefined;
+  let started = performance.now();
   log(`${leg}: ${hostSet.hosts.length} hosts at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
-  const runs = await runOnEveryHost(hostSet, argvFor, timeoutMs, { dir: context.logDir, name: leg });
+  const runs = await runOnEveryHost(
+    hostSet,
+    argvFor,
+    timeoutMs,
+    { dir: context.logDir, name: leg },
+    {
+      selfGated,
+      onRelease: () => {
+        cpuBefore = cpuSecondsUsed(hostSet.livePids());
+        machineBefore = machineBusySeconds();
+        started = performance.now();
+      },
+    },
+  );
   const cpuAfter = cpuSecondsUsed(hostSet.livePids());
   const machineAfter = machineBusySeconds();
   const wallSeconds = (performance.now() - started) / 1000;
@@ -587,20 +609,13 @@ function swarmCliProblem(): string | undefined {
 /**
  * Asks every host's agent for the model through its local API, as a loader or an operator on
  * that host would (`POST /v1/local/models`), and times each host until its agent holds the whole
- * model verified (a status request that waits for completion). Both requests are made with curl
- * inside the host's namespace: starting eight Node processes at once on a 2-core machine costs
- * seconds of CPU that a real fleet, one host per machine, never shares.
+ * model verified (a status request that waits for completion): `bench/netns/join-client.ts`, one
+ * small Node process per host, started and connected before the clock starts. (It used to be curl
+ * started at the release: eight process starts at once in the first milliseconds of the leg, on the
+ * same 2 cores as the eight agents joining.)
  */
-function joinScript(): string {
-  return [
-    'set -eu',
-    'curl -sS --fail-with-body --max-time 30 -H "content-type: application/json" --data-binary "@$2" "$1/v1/local/models" >/dev/null',
-    'for attempt in $(seq 1 20); do',
-    '  if curl -sS --max-time 70 "$1/v1/local/models/$3?waitCompleteMs=60000" | grep -q \'"complete":true\'; then exit 0; fi',
-    '  sleep 0.2',
-    'done',
-    'exit 1',
-  ].join('\n');
+function joinArgv(agentUrl: string, joinPath: string, hex: string): string[] {
+  return [NODE, JOIN_CLIENT, agentUrl, joinPath, hex];
 }
 
 async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
@@ -631,9 +646,10 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       log(`swarm: warming the agents up with a ${options.warmUpMb} MiB model (not measured)`);
       const runs = await runOnEveryHost(
         context.hostSet,
-        (_host, index) => ['sh', '-c', joinScript(), 'join', agentUrls[index] ?? '', warmJoin, warmHex],
+        (_host, index) => joinArgv(agentUrls[index] ?? '', warmJoin, warmHex),
         timeoutMs,
         { dir: context.logDir, name: 'warm-up' },
+        { selfGated: true },
       );
       const failed = runs.filter((run) => run.problem !== undefined);
       if (failed.length > 0)
@@ -648,8 +664,9 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
     const joined = await measureRuns(
       context,
       'swarm',
-      (_host, index) => ['sh', '-c', joinScript(), 'join', agentUrls[index] ?? '', joinPath, hex],
+      (_host, index) => joinArgv(agentUrls[index] ?? '', joinPath, hex),
       timeoutMs,
+      true,
     );
     if (options.skipCopyOut) {
       const caches = context.hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
@@ -901,7 +918,8 @@ function printReport(report: Report): void {
   }
   console.log(
     'cores busy: ours = CPU seconds of the processes this benchmark started (origin, scheduler, agents, ' +
-      "pulls, itself) over the pulls' wall time; all = the whole machine (/proc/stat: other work and steal " +
+      "pulls, itself) over the pulls' wall time, both from the release of the starting gate (the hosts' " +
+      'commands start up before it); all = the whole machine (/proc/stat: other work and steal ' +
       `included). Near ${cpus().length} the cores, not the links, set the pace; all well above ours means ` +
       'something else competed for them.',
   );
