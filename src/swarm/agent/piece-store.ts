@@ -247,10 +247,6 @@ export class PieceStore {
     for (const wake of waiting) wake();
   }
 
-  /**
-   * Opens every file at once: one after another, a model's files cost five file-system round trips
-   * each, which held a joining agent's first request back by tens of ms on a busy host.
-   */
   private async restore(
     records: ReadonlyArray<{ file: number; piece: number; digest: string }>,
     rehash: boolean,
@@ -335,7 +331,11 @@ export class PieceStore {
 /** Read-write, created when missing, never truncated on open. */
 const OPEN_READ_WRITE_CREATE = constants.O_RDWR | constants.O_CREAT;
 
-/** Opens (creating, sparse, at their full size) every data file of the model, all at once. */
+/**
+ * Opens (creating, sparse, at their full size) every data file of the model, all at once: one after
+ * another, a model's files cost several file-system round trips each, which held a joining agent's
+ * first request back by tens of ms on a busy host. If one fails, the others are closed.
+ */
 async function openFiles(map: PieceMap, options: PieceStoreOptions): Promise<FileState[]> {
   const opened = await Promise.allSettled(map.manifest.files.map((file) => openFile(file, options)));
   const failed = opened.find((result) => result.status === 'rejected');
