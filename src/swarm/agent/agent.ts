@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
@@ -26,6 +26,7 @@ import { PieceMap } from '../piece-map.js';
 import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
 import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { SwarmMember, type MemberEvent } from './member.js';
+import { OpeningStore, type MemberStore } from './member-store.js';
 import { PieceStore, type PieceStoreOptions } from './piece-store.js';
 
 export interface AgentOptions {
@@ -241,38 +242,59 @@ export class Agent {
       files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
       ...(options.token === undefined ? {} : { token: options.token }),
     });
-    const [opened, written] = await Promise.allSettled([PieceStore.open(map, storeOptions), jobFiles]);
-    if (opened.status === 'rejected') {
-      await origin.close();
-      throw opened.reason;
-    }
-    if (written.status === 'rejected') {
-      await Promise.allSettled([origin.close(), opened.value.close()]);
-      throw written.reason;
+    // A cache without a store state file opens empty: its member registers and starts fetching while
+    // the files are created (OpeningStore); any other waits for the store to know what it holds.
+    const fresh =
+      options.store === undefined &&
+      (await stat(join(storeOptions.stateDir, PieceStore.STATE_FILE)).catch(() => undefined)) === undefined;
+    const opening = PieceStore.open(map, storeOptions);
+    const memberFor = (store: MemberStore): SwarmMember =>
+      new SwarmMember({
+        model: hex,
+        map,
+        manifestBytes,
+        store,
+        origin,
+        schedulerUrl: this.options.schedulerUrl,
+        identity: {
+          name: `${this.name}/${hex.slice(0, 12)}`,
+          url: this.url,
+          uploadBytesPerSecond: this.options.uploadBytesPerSecond ?? RATE_UNKNOWN,
+          downloadBytesPerSecond: this.options.downloadBytesPerSecond ?? RATE_UNKNOWN,
+          ...(this.options.zone === undefined ? {} : { zone: this.options.zone }),
+          ...(this.options.rack === undefined ? {} : { rack: this.options.rack }),
+        },
+        downloadThrottle: this.downloadThrottle,
+        ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
+        onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
+      });
+    const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;
+    early?.start();
+    const [opened, written] = await Promise.allSettled([opening, jobFiles]);
+    const failure =
+      opened.status === 'rejected' ? opened : written.status === 'rejected' ? written : undefined;
+    if (failure !== undefined || opened.status === 'rejected') {
+      await Promise.allSettled([
+        ...(early === undefined ? [] : [early.close()]),
+        origin.close(),
+        ...(opened.status === 'fulfilled' ? [opened.value.close()] : []),
+      ]);
+      throw failure?.reason;
     }
     const store = opened.value;
-    const member = new SwarmMember({
-      model: hex,
-      map,
-      manifestBytes,
-      store,
-      origin,
-      schedulerUrl: this.options.schedulerUrl,
-      identity: {
-        name: `${this.name}/${hex.slice(0, 12)}`,
-        url: this.url,
-        uploadBytesPerSecond: this.options.uploadBytesPerSecond ?? RATE_UNKNOWN,
-        downloadBytesPerSecond: this.options.downloadBytesPerSecond ?? RATE_UNKNOWN,
-        ...(this.options.zone === undefined ? {} : { zone: this.options.zone }),
-        ...(this.options.rack === undefined ? {} : { rack: this.options.rack }),
-      },
-      downloadThrottle: this.downloadThrottle,
-      ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
-      onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
-    });
+    if (this.closing) {
+      // The agent closed while this join was opening its store: nothing may keep running.
+      await Promise.allSettled([
+        ...(early === undefined ? [] : [early.close()]),
+        origin.close(),
+        store.close(),
+      ]);
+      throw new WeightcastError('ABORTED', 'the agent closed while joining');
+    }
+    const member = early ?? memberFor(store);
     const entry: Joined = { hex, map, store, origin, member };
     this.joined.set(hex, entry);
-    member.start();
+    if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
     return entry;
   }

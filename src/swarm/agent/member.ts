@@ -32,7 +32,7 @@ import {
 } from '../wire/protocol.js';
 import { callJson } from '../wire/http-json.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../wire/sync-channel.js';
-import type { PieceStore } from './piece-store.js';
+import type { MemberStore } from './member-store.js';
 
 export interface MemberIdentity {
   name: string;
@@ -50,7 +50,8 @@ export interface MemberOptions {
   map: PieceMap;
   /** Canonical manifest bytes, sent with a registration (see manifestInlineBytesMax). */
   manifestBytes: Buffer;
-  store: PieceStore;
+  /** The piece store, or one still opening (OpeningStore, for a cache known to open empty). */
+  store: MemberStore;
   origin: Origin;
   schedulerUrl: string;
   identity: MemberIdentity;

@@ -56,10 +56,16 @@ export class PieceStore {
     this.held = new Uint8Array(map.pieceCount);
   }
 
+  /**
+   * The store's state file in `stateDir`. A store without one opens empty (nothing in its journal
+   * counts), which a joining agent relies on to register before the store is open.
+   */
+  static readonly STATE_FILE = 'store.json';
+
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
   static async open(map: PieceMap, options: PieceStoreOptions): Promise<PieceStore> {
     const model = manifestDigest(map.manifest);
-    const statePath = join(options.stateDir, 'store.json');
+    const statePath = join(options.stateDir, PieceStore.STATE_FILE);
     const journalPath = join(options.stateDir, 'journal');
     // Independent round trips at once (a state file that cannot be read yet means a new store).
     const [boot, stateText] = await Promise.all([
