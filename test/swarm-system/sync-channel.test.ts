@@ -34,13 +34,27 @@ describe('sync channel framing', () => {
   });
 });
 
+/** A scheduler with one origin reader, a 4-piece model's swarm URL on it, and a 20 s deadline. */
+async function oneReaderSwarm(): Promise<{
+  scheduler: Awaited<ReturnType<typeof startScheduler>>;
+  manifest: ReturnType<typeof fakeManifest>;
+  base: string;
+  signal: AbortSignal;
+}> {
+  const scheduler = await startScheduler({ originReaders: 1 });
+  const manifest = fakeManifest(4);
+  const hex = manifestDigest(manifest).slice('sha256:'.length);
+  return {
+    scheduler,
+    manifest,
+    base: `${scheduler.url}/v1/swarms/${hex}`,
+    signal: AbortSignal.timeout(20_000),
+  };
+}
+
 describe('sync channel against a real scheduler', () => {
   it('pushes assignments as they are made, answers reports, and refuses unknown hosts', async () => {
-    const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = fakeManifest(4);
-    const hex = manifestDigest(manifest).slice('sha256:'.length);
-    const base = `${scheduler.url}/v1/swarms/${hex}`;
-    const signal = AbortSignal.timeout(20_000);
+    const { scheduler, manifest, base, signal } = await oneReaderSwarm();
     try {
       const registered = (await registerBareHost(base, manifest, { name: 'a' })) as { host: number };
       await assert.rejects(openChannel(`${base}/hosts/${registered.host + 7}/channel`, signal), {
@@ -90,11 +104,7 @@ describe('sync channel against a real scheduler', () => {
   });
 
   it('hands a host that asks for it its first assignment in the register reply; the channel takes its report', async () => {
-    const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = fakeManifest(4);
-    const hex = manifestDigest(manifest).slice('sha256:'.length);
-    const base = `${scheduler.url}/v1/swarms/${hex}`;
-    const signal = AbortSignal.timeout(20_000);
+    const { scheduler, manifest, base, signal } = await oneReaderSwarm();
     const registerAs = async (name: string, assignmentsInReply: boolean): Promise<unknown> =>
       registerBareHost(base, manifest, { name, assignmentsInReply, url: `http://127.0.0.1:9/${name}` });
     try {
@@ -128,11 +138,7 @@ describe('sync channel against a real scheduler', () => {
   });
 
   it('closes a channel whose host registered again (ids are reused), so it cannot take the new replies', async () => {
-    const scheduler = await startScheduler({ originReaders: 1 });
-    const manifest = fakeManifest(4);
-    const hex = manifestDigest(manifest).slice('sha256:'.length);
-    const base = `${scheduler.url}/v1/swarms/${hex}`;
-    const signal = AbortSignal.timeout(20_000);
+    const { scheduler, manifest, base, signal } = await oneReaderSwarm();
     const register = async (): Promise<number> =>
       ((await registerBareHost(base, manifest, { name: 'same-name' })) as { host: number }).host;
     try {
