@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
@@ -244,9 +244,7 @@ export class Agent {
     });
     // A cache without a store state file opens empty: its member registers and starts fetching while
     // the files are created (OpeningStore); any other waits for the store to know what it holds.
-    const fresh =
-      options.store === undefined &&
-      (await stat(join(storeOptions.stateDir, PieceStore.STATE_FILE)).catch(() => undefined)) === undefined;
+    const fresh = options.store === undefined && (await PieceStore.opensEmpty(storeOptions.stateDir));
     const opening = PieceStore.open(map, storeOptions);
     const memberFor = (store: MemberStore): SwarmMember =>
       new SwarmMember({
@@ -271,24 +269,18 @@ export class Agent {
     const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;
     early?.start();
     const [opened, written] = await Promise.allSettled([opening, jobFiles]);
-    const failure =
-      opened.status === 'rejected' ? opened : written.status === 'rejected' ? written : undefined;
-    if (failure !== undefined || opened.status === 'rejected') {
+    if (opened.status === 'rejected' || written.status === 'rejected') {
       await Promise.allSettled([
-        ...(early === undefined ? [] : [early.close()]),
+        early?.close(),
         origin.close(),
-        ...(opened.status === 'fulfilled' ? [opened.value.close()] : []),
+        opened.status === 'fulfilled' ? opened.value.close() : undefined,
       ]);
-      throw failure?.reason;
+      throw opened.status === 'rejected' ? opened.reason : (written as PromiseRejectedResult).reason;
     }
     const store = opened.value;
     if (this.closing) {
       // The agent closed while this join was opening its store: nothing may keep running.
-      await Promise.allSettled([
-        ...(early === undefined ? [] : [early.close()]),
-        origin.close(),
-        store.close(),
-      ]);
+      await Promise.allSettled([early?.close(), origin.close(), store.close()]);
       throw new WeightcastError('ABORTED', 'the agent closed while joining');
     }
     const member = early ?? memberFor(store);

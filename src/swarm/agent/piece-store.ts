@@ -57,15 +57,18 @@ export class PieceStore {
   }
 
   /**
-   * The store's state file in `stateDir`. A store without one opens empty (nothing in its journal
-   * counts), which a joining agent relies on to register before the store is open.
+   * Whether the store in `stateDir` will open empty: it has no state file yet, and without one
+   * nothing in a journal counts. A joining agent relies on it to register before the store is open.
+   * (Not for stores with a `finalDir`: those may adopt finished files.)
    */
-  static readonly STATE_FILE = 'store.json';
+  static async opensEmpty(stateDir: string): Promise<boolean> {
+    return (await stat(join(stateDir, STATE_FILE)).catch(() => undefined)) === undefined;
+  }
 
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
   static async open(map: PieceMap, options: PieceStoreOptions): Promise<PieceStore> {
     const model = manifestDigest(map.manifest);
-    const statePath = join(options.stateDir, PieceStore.STATE_FILE);
+    const statePath = join(options.stateDir, STATE_FILE);
     const journalPath = join(options.stateDir, 'journal');
     // Independent round trips at once (a state file that cannot be read yet means a new store).
     const [boot, stateText] = await Promise.all([
@@ -333,6 +336,9 @@ export class PieceStore {
     state.final = true;
   }
 }
+
+/** The store's state (model digest and boot id) in its state directory. */
+const STATE_FILE = 'store.json';
 
 /** Read-write, created when missing, never truncated on open. */
 const OPEN_READ_WRITE_CREATE = constants.O_RDWR | constants.O_CREAT;
