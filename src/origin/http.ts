@@ -24,6 +24,7 @@ import { assertSafeRelativePath } from '../util/safe-path.js';
 import type { Origin, OriginCallOptions, OriginEntry, OriginStats, ReadProgress } from './origin.js';
 import { RangeClient } from './range-socket.js';
 import { DEFAULT_BACKOFF_POLICY, isRetryableStatus, retryDelayMs, type BackoffPolicy } from './retry.js';
+import { httpUrl } from '../util/http-url.js';
 
 export interface RetryEvent {
   path: string;
@@ -601,13 +602,8 @@ function parseBaseUrl(baseUrl: string): URL {
 
 function redirectTarget(path: string, from: URL, location: string | string[] | undefined): URL {
   const text = Array.isArray(location) ? location[0] : location;
-  let url: URL | undefined;
-  try {
-    url = text === undefined ? undefined : new URL(text, from);
-  } catch {
-    url = undefined;
-  }
-  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+  const url = text === undefined ? undefined : httpUrl(text, from);
+  if (url === undefined) {
     throw new WeightcastError('ORIGIN_HTTP_STATUS', `${path}: redirect with a missing or unusable Location`, {
       file: path,
       location: text,

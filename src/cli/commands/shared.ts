@@ -1,6 +1,7 @@
 /** Option handling shared by the commands that read from an origin or talk to a swarm service. */
 
 import { WeightcastError } from '../../errors.js';
+import { httpUrl } from '../../util/http-url.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Command } from 'commander';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
@@ -41,13 +42,7 @@ export function withTokenOption(command: Command): Command {
  * scheduler, and an agent ran on without one.
  */
 export function serviceUrlFlag(text: string, flag: string, example: string): string {
-  let url: URL | undefined;
-  try {
-    url = new URL(text);
-  } catch {
-    url = undefined;
-  }
-  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+  if (httpUrl(text) === undefined) {
     throw new WeightcastError(
       'USAGE',
       `${flag} must be an http(s) URL such as ${example}, got ${JSON.stringify(text)}`,
