@@ -14,14 +14,52 @@
  */
 
 import { readFileSync } from 'node:fs';
-import { isWeightcastError } from '../../src/errors.js';
-import { callJson } from '../../src/swarm/wire/http-json.js';
+import { Agent, request } from 'node:http';
 
 /** How long the agent is asked to hold each status request open before answering "not yet". */
 const WAIT_COMPLETE_MS = 60_000;
 /** Status requests before giving up (bench:fanout stops the client at its own timeout first). */
 const STATUS_TRIES_MAX = 20;
-const CALL_TIMEOUT_MS = WAIT_COMPLETE_MS + 10_000;
+/** Bytes of an agent's answer kept (a status is a few hundred bytes). */
+const ANSWER_BYTES_MAX = 1024 * 1024;
+const REQUEST_TIMEOUT_MS = WAIT_COMPLETE_MS + 10_000;
+
+interface Answer {
+  status: number;
+  body: string;
+}
+
+function call(agent: Agent, url: URL, method: 'GET' | 'POST', body?: Buffer): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        agent,
+        method,
+        timeout: REQUEST_TIMEOUT_MS,
+        headers:
+          body === undefined ? {} : { 'content-type': 'application/json', 'content-length': body.length },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size <= ANSWER_BYTES_MAX) chunks.push(chunk);
+        });
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () =>
+      req.destroy(new Error(`${method} ${url.pathname}: no answer in ${REQUEST_TIMEOUT_MS} ms`)),
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 /** Resolves at the first line on stdin (the release), rejects if stdin ends without one. */
 function released(): Promise<void> {
@@ -38,8 +76,12 @@ function released(): Promise<void> {
   });
 }
 
-function isComplete(status: unknown): boolean {
-  return (status as { complete?: unknown } | undefined)?.complete === true;
+function isComplete(body: string): boolean {
+  try {
+    return (JSON.parse(body) as { complete?: unknown }).complete === true;
+  } catch {
+    return false;
+  }
 }
 
 async function main(argv: readonly string[]): Promise<number> {
@@ -49,35 +91,31 @@ async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const base = agentUrl.replace(/\/+$/, '');
-  const join = JSON.parse(readFileSync(joinPath, 'utf8')) as unknown;
-  const status = `${base}/v1/local/models/${hex}`;
-  const what = 'the agent';
+  const body = readFileSync(joinPath);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const status = new URL(`${base}/v1/local/models/${hex}`);
   try {
-    // Opens the pooled connection (and compiles the request path) before the release; any answer
-    // will do (the model is not joined yet), only an agent that cannot be reached is a failure.
-    await callJson(status, what, { timeoutMs: CALL_TIMEOUT_MS }).catch((error: unknown) => {
-      if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) throw error;
-    });
+    // Opens the connection (and compiles the request path) before the release.
+    await call(agent, status, 'GET');
     process.stdout.write('ready\n');
     await released();
-    const joined = await callJson(`${base}/v1/local/models`, what, {
-      method: 'POST',
-      body: join,
-      timeoutMs: CALL_TIMEOUT_MS,
-    });
-    if (isComplete(joined)) return 0;
+    const joined = await call(agent, new URL(`${base}/v1/local/models`), 'POST', body);
+    if (joined.status !== 200) throw new Error(`join: HTTP ${joined.status}: ${joined.body.slice(0, 300)}`);
+    if (isComplete(joined.body)) return 0;
+    const waiting = new URL(`${status.href}?waitCompleteMs=${WAIT_COMPLETE_MS}`);
     for (let attempt = 0; attempt < STATUS_TRIES_MAX; attempt++) {
-      const answer = await callJson(`${status}?waitCompleteMs=${WAIT_COMPLETE_MS}`, what, {
-        timeoutMs: CALL_TIMEOUT_MS,
-      });
-      if (isComplete(answer)) return 0;
+      const answer = await call(agent, waiting, 'GET');
+      if (answer.status !== 200)
+        throw new Error(`status: HTTP ${answer.status}: ${answer.body.slice(0, 300)}`);
+      if (isComplete(answer.body)) return 0;
     }
     throw new Error(`the model was not complete after ${STATUS_TRIES_MAX} status requests`);
   } catch (error) {
     process.stderr.write(`join-client: ${error instanceof Error ? error.message : String(error)}\n`);
     return 1;
+  } finally {
+    agent.destroy();
   }
 }
 
-// Exit at once: pooled keep-alive connections would otherwise hold the process (and the timing) open.
-process.exit(await main(process.argv.slice(2)));
+process.exitCode = await main(process.argv.slice(2));
