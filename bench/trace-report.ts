@@ -5,9 +5,10 @@
  * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
  * from request to last byte, `verifyMs`, `parent`).
  *
- * Prints, per host, its transfers in flight over time; per parent, its uploads in flight; the
- * download rate a host reached with k transfers in flight; and a timeline of pieces held against
- * pieces anywhere in the swarm. Diagnostics only: it reads files and prints.
+ * Prints the origin's span and rate and how long after its last byte the hosts finished; per host,
+ * its transfers in flight over time; per parent, its uploads in flight; the download rate a host
+ * reached with k transfers in flight; and a timeline of pieces held against pieces anywhere in the
+ * swarm. Diagnostics only: it reads files and prints.
  */
 
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -159,6 +160,60 @@ const CONCURRENCY_HEADERS = Array.from({ length: CONCURRENCY_COLUMNS }, (_, k) =
   k === CONCURRENCY_COLUMNS - 1 ? `${k}+` : String(k),
 );
 
+/**
+ * The origin's part of a run and how far the hosts trail it: the origin's first request and last
+ * byte, its bytes and mean rate over that span, and each host's mean download rate and how long
+ * after the origin's last byte its own last piece was stored. The hosts' downlinks are the
+ * bottleneck when every link has the same cap, so the lag is the pieces the hosts fell behind the
+ * origin (at the start, and by running below its rate), which they can no longer make up.
+ */
+export interface OriginSummary {
+  transfers: number;
+  bytes: number;
+  firstMs: number;
+  lastMs: number;
+  /** Bytes per second over [firstMs, lastMs]. */
+  rate: number;
+  hosts: Array<{ host: string; doneMs: number; lagMs: number; rate: number }>;
+}
+
+export function originSummary(fetches: readonly Fetch[]): OriginSummary | undefined {
+  const fromOrigin = fetches.filter((f) => f.parent === 'origin');
+  if (fromOrigin.length === 0) return undefined;
+  const firstMs = Math.min(...fromOrigin.map((f) => f.startMs));
+  const lastMs = Math.max(...fromOrigin.map((f) => f.endMs));
+  const bytes = fromOrigin.reduce((sum, f) => sum + f.bytes, 0);
+  const hosts = [...new Set(fetches.map((f) => f.host))].sort().map((host) => {
+    const own = fetches.filter((f) => f.host === host);
+    const doneMs = Math.max(...own.map((f) => f.storedMs));
+    const received = own.reduce((sum, f) => sum + f.bytes, 0);
+    return { host, doneMs, lagMs: doneMs - lastMs, rate: received / (Math.max(1, doneMs) / 1000) };
+  });
+  return {
+    transfers: fromOrigin.length,
+    bytes,
+    firstMs,
+    lastMs,
+    rate: bytes / (Math.max(1, lastMs - firstMs) / 1000),
+    hosts,
+  };
+}
+
+function originLines(summary: OriginSummary | undefined): string[] {
+  if (summary === undefined) return ['', 'Origin: no piece came from the origin.'];
+  const lags = summary.hosts.map((h) => h.lagMs);
+  const rates = summary.hosts.map((h) => h.rate / 1e6);
+  return [
+    '',
+    `Origin: ${summary.transfers} transfers, ${(summary.bytes / 1e6).toFixed(1)} MB from its first request ` +
+      `(${summary.firstMs.toFixed(0)} ms) to its last byte (${(summary.lastMs / 1000).toFixed(2)} s): ` +
+      `${(summary.rate / 1e6).toFixed(2)} MB/s.`,
+    `Hosts: last piece ${(Math.min(...lags) / 1000).toFixed(2)}-${(Math.max(...lags) / 1000).toFixed(2)} s after ` +
+      `the origin's last byte; mean download ${Math.min(...rates).toFixed(2)}-${Math.max(...rates).toFixed(2)} MB/s ` +
+      '(bytes over the time to their last piece).',
+  ];
+}
+
 export function report(fetches: readonly Fetch[]): string {
   const lines: string[] = [];
   const hosts = [...new Set(fetches.map((f) => f.host))].sort();
@@ -166,6 +221,7 @@ export function report(fetches: readonly Fetch[]): string {
   lines.push(
     `${fetches.length} verified transfers to ${hosts.length} hosts; last stored at ${(endMs / 1000).toFixed(2)} s`,
   );
+  lines.push(...originLines(originSummary(fetches)));
   lines.push(
     '',
     `Per host: pieces, from the origin, peer pieces from its ${TOP_PARENTS} most used parents (top %) and`,

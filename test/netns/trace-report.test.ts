@@ -5,7 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { concurrencyShares, pairingShares, readTrace, report, type Fetch } from '../../bench/trace-report.js';
+import {
+  concurrencyShares,
+  originSummary,
+  pairingShares,
+  readTrace,
+  report,
+  type Fetch,
+} from '../../bench/trace-report.js';
 
 test('concurrencyShares: share of sampled instants with k spans open', () => {
   // 0-100 ms: one span; 100-200: two; 200-300: none (10 ms samples).
@@ -94,9 +101,43 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
     assert.match(text, /2 verified transfers to 2 hosts; last stored at 0\.26 s/);
     assert.match(text, /^host1 +1 +1 +- +- /m);
     assert.match(text, /^host2 +1 +0 +100 +100 /m);
+    assert.match(text, /Origin: 1 transfers, 1\.0 MB from its first request \(0 ms\) to its last byte \(0\.10 s\): 10\.00 MB\/s\./);
+    assert.match(text, /Hosts: last piece 0\.01-0\.16 s after the origin's last byte/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('originSummary: the origin span and rate, each host lag after the origin and mean rate', () => {
+  const fetch = (host: string, parent: string, startMs: number, endMs: number, bytes: number): Fetch => ({
+    host,
+    piece: 0,
+    bytes,
+    parent,
+    startMs,
+    endMs,
+    storedMs: endMs + 5,
+  });
+  const summary = originSummary([
+    fetch('a', 'origin', 0, 400, 2_000_000),
+    fetch('b', 'origin', 100, 500, 2_000_000),
+    fetch('b', 'a', 400, 995, 2_000_000),
+    fetch('a', 'b', 500, 795, 2_000_000),
+  ]);
+  assert.ok(summary !== undefined);
+  assert.equal(summary.transfers, 2);
+  assert.equal(summary.bytes, 4_000_000);
+  assert.equal(summary.firstMs, 0);
+  assert.equal(summary.lastMs, 500);
+  assert.equal(summary.rate, 8_000_000, '4 MB over 0.5 s');
+  assert.deepEqual(
+    summary.hosts.map((h) => [h.host, h.doneMs, h.lagMs, h.rate]),
+    [
+      ['a', 800, 300, 5_000_000],
+      ['b', 1000, 500, 4_000_000],
+    ],
+  );
+  assert.equal(originSummary([fetch('a', 'b', 0, 10, 1)]), undefined, 'no origin transfers');
 });
 
 test('trace-report run on a directory that does not exist says so and exits 2, without a stack', () => {
