@@ -101,7 +101,10 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
     assert.match(text, /2 verified transfers to 2 hosts; last stored at 0\.26 s/);
     assert.match(text, /^host1 +1 +1 +- +- /m);
     assert.match(text, /^host2 +1 +0 +100 +100 /m);
-    assert.match(text, /Origin: 1 transfers, 1\.0 MB from its first request \(0 ms\) to its last byte \(0\.10 s\): 10\.00 MB\/s\./);
+    assert.match(
+      text,
+      /Origin: 1 transfers, 1\.0 MB from its first request \(0 ms\) to its last byte \(0\.10 s\): 10\.00 MB\/s\./,
+    );
     assert.match(text, /Hosts: last piece 0\.01-0\.16 s after the origin's last byte/);
   } finally {
     await rm(dir, { recursive: true, force: true });
