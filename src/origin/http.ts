@@ -40,6 +40,12 @@ export interface HttpOriginOptions {
   token?: string;
   /** Sockets per host (the base and each redirect target). Default 8. */
   connections?: number;
+  /**
+   * Ranged reads in flight per socket on the in-place (`http:`) path: above 1, a read that finds
+   * every socket busy is written behind the one in flight (HTTP/1.1 pipelining), so its bytes follow
+   * with no round trip between. Default 1.
+   */
+  pipeline?: number;
   /** Retries after the first attempt of each call before ORIGIN_RETRIES_EXHAUSTED. Default 5. */
   retries?: number;
   backoffBaseMs?: number;
@@ -198,6 +204,7 @@ export class HttpOrigin implements Origin {
             headersTimeoutMs: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
             bodyIdleTimeoutMs: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
             idleSocketTimeoutMs: RANGE_IDLE_SOCKET_TIMEOUT_MS,
+            pipeline: positiveInteger(options.pipeline, 1, 'pipeline'),
           });
   }
 

@@ -9,7 +9,10 @@
  * are made and JavaScript copies no body bytes, apart from those that arrive with the head.
  *
  * Around that: a keep-alive pool per origin (at most `connections` sockets; a socket goes back to
- * it only after a complete response with a trusted length, and idle ones close after a while), the
+ * it only after a complete response with a trusted length, and idle ones close after a while), HTTP/1.1
+ * pipelining when asked for (`pipeline` > 1: with every socket busy, a request is written on one
+ * that already answered a keep-alive response, behind at most `pipeline - 1` others, so its
+ * response follows the one before it with no round trip between them), the
  * connect, headers and body-silence timeouts, and the caller's AbortSignal, which destroys the
  * socket at once. Failures this module detects are WeightcastErrors whose `details.retryable` marks
  * the transient ones; socket errors (ECONNRESET, ...) pass through with their Node codes for the
@@ -39,6 +42,12 @@ export interface RangeClientOptions {
   bodyIdleTimeoutMs: number;
   /** How long an idle socket is kept for reuse. */
   idleSocketTimeoutMs: number;
+  /**
+   * Requests in flight per socket (HTTP/1.1 pipelining); 1, the default, sends the next request only
+   * after the last response. A pipelined request's headers timeout counts from the end of the
+   * response before it.
+   */
+  pipeline?: number;
 }
 
 export interface RangeGet {
@@ -77,6 +86,8 @@ export class RangeClient {
 
   constructor(options: RangeClientOptions) {
     assert(Number.isSafeInteger(options.connections) && options.connections >= 1, 'connections >= 1');
+    const pipeline = options.pipeline ?? 1;
+    assert(Number.isSafeInteger(pipeline) && pipeline >= 1, 'pipeline >= 1');
     this.options = options;
   }
 
@@ -95,7 +106,7 @@ export class RangeClient {
       } catch (error) {
         pool.release(connection, false);
         const stale = reused && !connection.heardBack && isStaleSocketError(error, request);
-        if (!stale || attempt === STALE_SOCKET_RETRIES) throw error;
+        if (!(stale || isUnansweredError(error, request)) || attempt === STALE_SOCKET_RETRIES) throw error;
       }
     }
     assert(false, 'the attempt loop returns or throws on its last attempt');
@@ -150,25 +161,45 @@ class OriginPool {
 
   acquire(request: RangeGet): Promise<Connection> {
     if (this.closing) return Promise.reject(closedError(request));
-    const idle = this.takeIdle();
-    if (idle !== undefined) return Promise.resolve(idle);
-    if (this.connections.size < this.options.connections) return Promise.resolve(this.open());
-    return this.wait(request);
+    const connection =
+      this.takeIdle() ??
+      (this.connections.size < this.options.connections ? this.open() : undefined) ??
+      this.pipelinable();
+    if (connection === undefined) return this.wait(request);
+    connection.leases += 1;
+    return Promise.resolve(connection);
   }
 
-  /** Takes the connection back after an exchange: to the next waiter, to the idle list, or to its end. */
+  /**
+   * Takes the connection back after an exchange (failed or not): to the next waiter, to the idle
+   * list, or to its end. One still answering pipelined requests stays busy and may take a waiter's
+   * request too. A failed exchange that broke the socket has destroyed it already.
+   */
   release(connection: Connection, reusable: boolean): void {
-    if (!reusable || !connection.usable || this.closing) {
+    connection.leases -= 1;
+    if (this.closing) {
       connection.destroy();
       return;
     }
-    const waiter = this.waiters.shift();
-    if (waiter !== undefined) {
-      waiter.grant(connection);
+    if (connection.leases > 0 || connection.exchanges > 0) {
+      if (reusable && connection.acceptsPipelined(this.depth)) this.grantWaiter(connection);
       return;
     }
+    if (!reusable || !connection.usable) {
+      connection.destroy();
+      return;
+    }
+    if (this.grantWaiter(connection)) return;
     connection.park(this.options.idleSocketTimeoutMs);
     this.idle.push(connection);
+  }
+
+  private grantWaiter(connection: Connection): boolean {
+    const waiter = this.waiters.shift();
+    if (waiter === undefined) return false;
+    connection.leases += 1;
+    waiter.grant(connection);
+    return true;
   }
 
   async close(): Promise<void> {
@@ -177,6 +208,21 @@ class OriginPool {
     const connections = [...this.connections];
     for (const connection of connections) connection.shutDown();
     await Promise.all(connections.map((connection) => connection.closed));
+  }
+
+  private get depth(): number {
+    return this.options.pipeline ?? 1;
+  }
+
+  /** The busy connection with the fewest requests in flight that takes one more, if any. */
+  private pipelinable(): Connection | undefined {
+    if (this.depth <= 1) return undefined;
+    let best: Connection | undefined;
+    for (const connection of this.connections) {
+      if (!connection.acceptsPipelined(this.depth)) continue;
+      if (best === undefined || connection.leases < best.leases) best = connection;
+    }
+    return best;
   }
 
   private takeIdle(): Connection | undefined {
@@ -203,8 +249,7 @@ class OriginPool {
     const index = this.idle.indexOf(connection);
     if (index !== -1) this.idle.splice(index, 1);
     if (this.closing) return;
-    const waiter = this.waiters.shift();
-    if (waiter !== undefined) waiter.grant(this.open());
+    if (this.waiters.length > 0) this.grantWaiter(this.open());
     else if (this.connections.size === 0) this.onEmpty();
   }
 
@@ -249,7 +294,10 @@ interface Outcome {
 
 type TimerPhase = 'connect' | 'headers' | 'body';
 
-/** One socket: feeds its reads to a ResponseReader and runs one exchange at a time. */
+/**
+ * One socket: feeds its reads to a ResponseReader and runs its exchanges in order, one at a time or,
+ * pipelined, several written at once and answered one after another.
+ */
 class Connection {
   // Declared before `socket`: `connect` asks for the first read buffer before it returns.
   private readonly reader = new ResponseReader();
@@ -259,8 +307,13 @@ class Connection {
   readonly closed: Promise<void>;
   /** Exchanges that finished on this socket; above zero means it was kept alive. */
   completed = 0;
+  /** Callers the pool handed this socket to and that have not given it back (OriginPool's count). */
+  leases = 0;
   private connected = false;
-  private current: Exchange | undefined;
+  /** Exchanges whose requests were written, the one being answered first. */
+  private readonly queue: Exchange[] = [];
+  /** A pipelined exchange behind the current one was given up: close once the current one ends. */
+  private closeAfterCurrent = false;
   private timer: NodeJS.Timeout | undefined;
   private timerPhase: TimerPhase | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
@@ -288,7 +341,27 @@ class Connection {
 
   /** Open, with no exchange under way and nothing half-read. */
   get usable(): boolean {
-    return this.current === undefined && !this.socket.destroyed && this.reader.idle;
+    return this.queue.length === 0 && !this.socket.destroyed && this.reader.idle;
+  }
+
+  /** Exchanges written and not yet answered. */
+  get exchanges(): number {
+    return this.queue.length;
+  }
+
+  /**
+   * Whether one more request may be written behind those in flight: the socket already answered a
+   * keep-alive response (so the server speaks HTTP/1.1 and frames its answers), fewer than `depth`
+   * callers hold it, and nothing was given up on it.
+   */
+  acceptsPipelined(depth: number): boolean {
+    return (
+      this.leases > 0 &&
+      this.leases < depth &&
+      this.completed > 0 &&
+      !this.closeAfterCurrent &&
+      !this.socket.destroyed
+    );
   }
 
   get heardBack(): boolean {
@@ -296,16 +369,22 @@ class Connection {
   }
 
   async exchange(request: RangeGet, head: string): Promise<Outcome> {
-    assert(this.current === undefined, 'one exchange at a time per connection');
+    assert(this.queue.length === 0 || this.completed > 0, 'requests are pipelined only on a proven socket');
     const { signal } = request;
     throwIfAborted(signal, request.what);
-    const onAbort = (): void => this.fail(abortError(signal, request.what));
+    // Closed between being handed out and this call (a pipelined one's current answer failed).
+    if (this.socket.destroyed) throw unansweredError(request);
+    let exchange: Exchange | undefined;
+    const onAbort = (): void => {
+      if (exchange !== undefined) this.abandon(exchange, abortError(signal, request.what));
+    };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       return await new Promise<Outcome>((resolve, reject) => {
-        this.current = { request, resolve, reject };
+        exchange = { request, resolve, reject };
+        this.queue.push(exchange);
         this.reader.start({ target: request.target, accepts: request.accepts });
-        this.armTimer(this.connected ? 'headers' : 'connect');
+        if (this.queue.length === 1) this.armTimer(this.connected ? 'headers' : 'connect');
         this.socket.write(head);
       });
     } finally {
@@ -330,15 +409,15 @@ class Connection {
     this.fail(undefined);
   }
 
-  /** Destroys the socket because the client is closing; an exchange under way fails for good. */
+  /** Destroys the socket because the client is closing; exchanges under way fail for good. */
   shutDown(): void {
-    const exchange = this.current;
+    const exchange = this.queue[0];
     this.fail(exchange === undefined ? undefined : closedError(exchange.request));
   }
 
   private onConnect(): void {
     this.connected = true;
-    if (this.current !== undefined) this.armTimer('headers');
+    if (this.queue.length > 0) this.armTimer('headers');
   }
 
   private onRead(count: number): boolean {
@@ -353,7 +432,7 @@ class Connection {
   }
 
   private apply(step: ReadStep): void {
-    const exchange = this.current;
+    const exchange = this.queue[0];
     if (step.kind === 'failed') {
       this.fail(exchange === undefined ? undefined : problemError(step.problem, exchange.request));
       return;
@@ -364,24 +443,58 @@ class Connection {
       this.armTimer(this.reader.readingBody ? 'body' : 'headers');
       return;
     }
-    this.current = undefined;
+    this.queue.shift();
     this.stopTimer();
     this.completed += 1;
-    if (!step.reusable) this.socket.destroy();
-    exchange.resolve({ response: step.response, reusable: step.reusable });
+    const reusable = step.reusable && !this.closeAfterCurrent;
+    // Before anything else runs: no later read may land in a target of a request given up.
+    if (!reusable) this.dropAll();
+    exchange.resolve({ response: step.response, reusable });
+    if (!reusable || this.queue.length === 0) return;
+    this.armTimer('headers');
+    const carried = this.reader.proceed();
+    if (carried !== undefined) this.apply(carried);
   }
 
   /**
-   * Destroys the socket first, so that no later read can land in the caller's target, then fails
-   * the exchange under way, if any, with `error` or else a retryable "connection closed".
+   * The caller gave up on `exchange`. The one being answered fails the socket (its response cannot
+   * be skipped without reading it); one still waiting in the pipeline fails alone, with those behind
+   * it (retried on another socket), and the socket closes once the current response is in.
+   */
+  private abandon(exchange: Exchange, error: unknown): void {
+    const index = this.queue.indexOf(exchange);
+    if (index === -1) return;
+    if (index === 0) {
+      this.fail(error);
+      return;
+    }
+    // Every pipelined request goes: the reader drops them all, and the socket will close.
+    const dropped = this.queue.splice(1);
+    this.reader.dropWaiting();
+    this.closeAfterCurrent = true;
+    for (const other of dropped) {
+      other.reject(other === exchange ? error : unansweredError(other.request));
+    }
+  }
+
+  /**
+   * Destroys the socket first, so that no later read can land in a caller's target, then fails the
+   * exchange being answered, if any, with `error` or else a retryable "connection closed", and any
+   * pipelined behind it as unanswered (the caller may send them again).
    */
   private fail(error: unknown): void {
     this.socket.destroy();
     this.stopTimer();
-    const exchange = this.current;
-    if (exchange === undefined) return;
-    this.current = undefined;
-    exchange.reject(error ?? connectionClosedError(exchange.request, 'mid-response'));
+    const first = this.queue.shift();
+    if (first !== undefined) first.reject(error ?? connectionClosedError(first.request, 'mid-response'));
+    this.dropAll();
+  }
+
+  /** Destroys the socket and fails every exchange left as unanswered: none of their bytes were read. */
+  private dropAll(): void {
+    this.socket.destroy();
+    this.stopTimer();
+    for (const exchange of this.queue.splice(0)) exchange.reject(unansweredError(exchange.request));
   }
 
   private armTimer(phase: TimerPhase): void {
@@ -403,7 +516,7 @@ class Connection {
   }
 
   private onTimeout(phase: TimerPhase, timeoutMs: number): void {
-    const exchange = this.current;
+    const exchange = this.queue[0];
     this.fail(exchange === undefined ? undefined : timeoutError(phase, timeoutMs, exchange.request));
   }
 }
@@ -442,6 +555,19 @@ function isStaleSocketError(error: unknown, request: RangeGet): boolean {
   if (request.signal?.aborted === true) return false;
   if (!isWeightcastError(error)) return true;
   return error.code === 'ORIGIN_IO' && error.details.retryable === true;
+}
+
+/** A pipelined request dropped before its answer began: nothing of it was read, so it may go again. */
+function isUnansweredError(error: unknown, request: RangeGet): boolean {
+  return request.signal?.aborted !== true && isWeightcastError(error) && error.details.unanswered === true;
+}
+
+function unansweredError(request: RangeGet): WeightcastError {
+  return new WeightcastError(
+    'ORIGIN_IO',
+    `${request.what}: the connection closed before the answer to a pipelined request began`,
+    { file: request.file, retryable: true, unanswered: true },
+  );
 }
 
 function timeoutError(phase: TimerPhase, timeoutMs: number, request: RangeGet): WeightcastError {

@@ -11,6 +11,12 @@
  * never run past the body. Every other response leaves the target untouched: a small body of known
  * length is read into the head buffer and dropped so the connection can be reused, and anything
  * else (chunked, length-less, large, `Connection: close`) marks the connection as not reusable.
+ *
+ * Pipelining: `start` may be called again while a response is under way; the task waits in order
+ * and its response is read once the one before it finished. Bytes that arrive with one response's
+ * head but lie past its body (a small body, and the next response already on the wire) are kept
+ * and become the start of the next response; with no task waiting they are stray bytes and end the
+ * connection's reuse, as before. A drained body is read exactly, so no read runs past it.
  */
 
 import type { IncomingHttpHeaders } from 'node:http';
@@ -85,6 +91,10 @@ export class ResponseReader {
   private filled = 0;
   private drainLeft = 0;
   private bytesThisResponse = 0;
+  /** Tasks started behind the one being read (pipelined requests), in order. */
+  private readonly waiting: ReceiveTask[] = [];
+  /** Head-buffer bytes that arrived past the last finished response, awaiting `proceed`. */
+  private carried = false;
 
   /** Between responses, ready for the next request. */
   get idle(): boolean {
@@ -101,20 +111,55 @@ export class ResponseReader {
     return this.bytesThisResponse > 0;
   }
 
+  /** Tasks started and not finished: the response being read and those queued behind it. */
+  get outstanding(): number {
+    return (this.task === undefined ? 0 : 1) + this.waiting.length;
+  }
+
+  /** Reads the response to `task` next, or after the responses already awaited (pipelining). */
   start(task: ReceiveTask): void {
-    assert(this.phase === 'idle', 'a request is sent only on an idle connection');
     assert(task.target.length > 0, 'a ranged read has a non-empty target');
+    if (this.phase === 'idle') {
+      this.begin(task, 0);
+      return;
+    }
+    assert(this.phase !== 'broken', 'a request is sent only on a usable connection');
+    this.waiting.push(task);
+  }
+
+  /**
+   * Drops every task queued behind the current one (their requests were sent, so the connection
+   * must not be reused after the current response).
+   */
+  dropWaiting(): void {
+    this.waiting.length = 0;
+  }
+
+  /**
+   * After a `finished` step: the next response's progress from bytes that came with the last one,
+   * or undefined when there are none (then the next read continues it).
+   */
+  proceed(): ReadStep | undefined {
+    if (!this.carried) return undefined;
+    this.carried = false;
+    return this.parseHeads(0);
+  }
+
+  private begin(task: ReceiveTask, carried: number): void {
     this.phase = 'head';
     this.task = task;
-    this.headFilled = 0;
+    this.headFilled = carried;
     this.filled = 0;
-    this.bytesThisResponse = 0;
+    this.bytesThisResponse = carried;
+    this.carried = carried > 0;
   }
 
   /** Where the next read should land. In the head phase it is never empty: a full head buffer fails. */
   buffer(): Uint8Array {
     if (this.phase === 'body') return this.requireTask().target.subarray(this.filled);
     if (this.phase === 'head') return this.head.subarray(this.headFilled);
+    // Exactly the rest of a drained body, so that a read never takes the next response's bytes.
+    if (this.phase === 'drain') return this.head.subarray(0, Math.min(this.drainLeft, HEAD_BYTES_MAX));
     return this.head;
   }
 
@@ -144,8 +189,10 @@ export class ResponseReader {
   }
 
   private receivedHead(count: number): ReadStep {
-    // The blank line may straddle two reads, so the search backs up over its first three bytes.
-    const scanFrom = Math.max(0, this.headFilled - 3);
+    // The blank line may straddle two reads, so the search backs up over its first three bytes;
+    // bytes carried over from the last response were never searched.
+    const scanFrom = this.carried ? 0 : Math.max(0, this.headFilled - 3);
+    this.carried = false;
     this.headFilled += count;
     return this.parseHeads(scanFrom);
   }
@@ -179,7 +226,8 @@ export class ResponseReader {
     const drainable = head.contentLength !== undefined && head.contentLength <= DRAIN_BYTES_MAX;
     if (accepted || !drainable || !head.keepAlive) return this.finish(0, false);
     this.drainLeft = (head.contentLength ?? 0) - extra;
-    if (this.drainLeft <= 0) return this.finish(0, this.drainLeft === 0);
+    // Bytes past the drained body: the next response's, if one is awaited.
+    if (this.drainLeft <= 0) return this.finish(0, true, headBytes + (head.contentLength ?? 0));
     this.phase = 'drain';
     return { kind: 'waiting', bodyBytes: 0 };
   }
@@ -189,8 +237,8 @@ export class ResponseReader {
     const copied = Math.min(extra, target.length);
     target.set(this.head.subarray(headBytes, headBytes + copied));
     this.filled = copied;
-    // Bytes past the body mean the server does not frame its responses as it says: never reuse it.
-    if (copied === target.length) return this.finish(copied, this.keepAlive && extra === copied);
+    // Bytes past the body belong to the next response if one is awaited (finish checks).
+    if (copied === target.length) return this.finish(copied, this.keepAlive, headBytes + copied);
     this.phase = 'body';
     return { kind: 'waiting', bodyBytes: copied };
   }
@@ -206,15 +254,31 @@ export class ResponseReader {
   private receivedDrain(count: number): ReadStep {
     this.drainLeft -= count;
     if (this.drainLeft > 0) return { kind: 'waiting', bodyBytes: 0 };
-    return this.finish(0, this.drainLeft === 0 && this.keepAlive);
+    return this.finish(0, this.keepAlive);
   }
 
-  private finish(bodyBytes: number, reusable: boolean): ReadStep {
+  /**
+   * Ends the current response. `end` is where it ended in the head buffer when it was read from
+   * there: bytes after it go to the next awaited response, and with none awaited they end reuse
+   * (the server does not frame its responses as it says).
+   */
+  private finish(bodyBytes: number, keepAlive: boolean, end?: number): ReadStep {
     const response = this.response;
     assert(response !== undefined, 'a response finishes only after its head');
-    this.phase = reusable ? 'idle' : 'broken';
     this.task = undefined;
     this.response = undefined;
+    const past = end === undefined ? 0 : this.headFilled - end;
+    const next = this.waiting.shift();
+    const reusable = keepAlive && (past === 0 || next !== undefined);
+    if (!reusable) {
+      this.phase = 'broken';
+      this.waiting.length = 0;
+    } else if (next !== undefined) {
+      if (past > 0) this.head.copyWithin(0, end as number, this.headFilled);
+      this.begin(next, past);
+    } else {
+      this.phase = 'idle';
+    }
     return { kind: 'finished', response, bodyBytes, reusable };
   }
 
@@ -222,6 +286,8 @@ export class ResponseReader {
     this.phase = 'broken';
     this.task = undefined;
     this.response = undefined;
+    this.waiting.length = 0;
+    this.carried = false;
     return { kind: 'failed', problem };
   }
 

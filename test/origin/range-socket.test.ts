@@ -357,3 +357,169 @@ test('a read queued for a busy pool can be aborted, and close fails the one in f
     await server.close();
   }
 });
+
+test('pipelined: a read behind a busy socket is written at once and answered in order, byte-exact', async () => {
+  // The first request is answered at once; later ones only once two are waiting, so the second
+  // read can finish only if it was written before the first was answered.
+  const held: RawRequest[] = [];
+  const server = await startRawServer((request) => {
+    if (request.index === 1) return void request.socket.write(partialResponse(request.range));
+    held.push(request);
+    if (held.length < 2) return;
+    for (const waiting of held.splice(0)) waiting.socket.write(partialResponse(waiting.range));
+  });
+  // One socket; the first exchange proves it keeps alive, and only then are requests pipelined.
+  const origin = originFor(server, { connections: 1, pipeline: 2 });
+  try {
+    assert.ok((await readRange(origin, 0, 1000)).equals(DATA.subarray(0, 1000)));
+    const [a, b] = await Promise.all([readRange(origin, 10, 100_000), readRange(origin, 200_000, 50_000)]);
+    assert.ok(a.equals(DATA.subarray(10, 100_010)));
+    assert.ok(b.equals(DATA.subarray(200_000, 250_000)));
+    assert.deepEqual(
+      server.requests.map((request) => request.connection),
+      [1, 1, 1],
+    );
+    assert.equal(origin.stats.retries, 0);
+  } finally {
+    await origin.close();
+    await server.close();
+  }
+});
+
+test('pipelined: without `pipeline` the second read waits for the socket', async () => {
+  const held: RawRequest[] = [];
+  const server = await startRawServer((request) => {
+    if (request.index === 2) held.push(request);
+    else request.socket.write(partialResponse(request.range));
+  });
+  const origin = originFor(server, { connections: 1 });
+  try {
+    await readRange(origin, 0, 10);
+    const first = readRange(origin, 0, 250_000);
+    const second = readRange(origin, 5, 10);
+    await until(() => held.length === 1);
+    await sleepMs(50);
+    assert.equal(server.requests.length, 2, 'the second request is not sent while the first is unanswered');
+    for (const request of held) request.socket.write(partialResponse(request.range));
+    assert.ok((await first).equals(DATA.subarray(0, 250_000)));
+    assert.ok((await second).equals(DATA.subarray(5, 15)));
+    assert.equal(server.connections(), 1);
+  } finally {
+    await origin.close();
+    await server.close();
+  }
+});
+
+test('pipelined: small answers written together land each in its own target', async () => {
+  let heldBack: RawRequest | undefined;
+  const server = await startRawServer((request) => {
+    if (request.index === 2) {
+      heldBack = request;
+      return;
+    }
+    // Both answers in one write: they arrive in one read.
+    if (request.index === 3 && heldBack !== undefined) {
+      request.socket.write(Buffer.concat([partialResponse(heldBack.range), partialResponse(request.range)]));
+      return;
+    }
+    request.socket.write(partialResponse(request.range));
+  });
+  const origin = originFor(server, { connections: 1, pipeline: 2 });
+  try {
+    await readRange(origin, 0, 1);
+    const [a, b] = await Promise.all([readRange(origin, 100, 7), readRange(origin, 300, 9)]);
+    assert.ok(a.equals(DATA.subarray(100, 107)));
+    assert.ok(b.equals(DATA.subarray(300, 309)));
+    assert.equal(server.connections(), 1, 'the socket stays in use');
+    assert.ok((await readRange(origin, 1, 2)).equals(DATA.subarray(1, 3)));
+    assert.equal(server.connections(), 1);
+  } finally {
+    await origin.close();
+    await server.close();
+  }
+});
+
+test('pipelined: aborting the read behind leaves the one in flight whole and closes the socket after it', async () => {
+  const held: RawRequest[] = [];
+  const server = await startRawServer((request) => {
+    if (request.index === 2 || request.index === 3) held.push(request);
+    else request.socket.write(partialResponse(request.range));
+  });
+  const origin = originFor(server, { connections: 1, pipeline: 2 });
+  const controller = new AbortController();
+  const behind = new Uint8Array(1000);
+  try {
+    await readRange(origin, 0, 1);
+    const current = readRange(origin, 0, 100_000);
+    const aborted = rejection(origin.readInto(FILE, 5000, behind, { signal: controller.signal }));
+    await until(() => held.length === 2);
+    controller.abort();
+    assert.equal(errorCode(await aborted), 'ABORTED');
+    // Both answers go out; the second must not land in the aborted read's target.
+    for (const request of held) request.socket.write(partialResponse(request.range));
+    assert.ok((await current).equals(DATA.subarray(0, 100_000)));
+    assert.deepEqual(behind, new Uint8Array(1000));
+    await server.allClosed();
+    assert.ok((await readRange(origin, 7, 3)).equals(DATA.subarray(7, 10)));
+    assert.equal(server.connections(), 2, 'a fresh socket after the one closed');
+  } finally {
+    await origin.close();
+    await server.close();
+  }
+});
+
+test('pipelined: when the answer in flight fails, the read behind it is sent again on a fresh socket', async () => {
+  const server = await startRawServer((request) => {
+    if (request.index === 1) return void request.socket.write(partialResponse(request.range));
+    if (request.index === 3) {
+      // The answer to request 2 is cut short: its socket closes with request 3 unanswered.
+      const whole = partialResponse(server.requests[1]?.range);
+      request.socket.end(whole.subarray(0, 5000));
+      return;
+    }
+    if (request.index > 3) request.socket.write(partialResponse(request.range));
+  });
+  const origin = originFor(server, { connections: 1, pipeline: 2, retries: 0 });
+  try {
+    await readRange(origin, 0, 1);
+    const cut = rejection(readRange(origin, 0, 100_000));
+    const resent = readRange(origin, 1000, 2000);
+    const cutError = await cut;
+    assert.equal(errorCode((cutError as WeightcastError).cause), 'ORIGIN_SHORT_READ', String(cutError));
+    assert.ok((await resent).equals(DATA.subarray(1000, 3000)));
+    assert.equal(server.requests.length, 4, 'the unanswered read went once more');
+    assert.equal(server.requests[3]?.connection, 2);
+  } finally {
+    await origin.close();
+    await server.close();
+  }
+});
+
+test('pipelined: the file server (node:http) answers reads pipelined two deep on one socket, byte-exact', async () => {
+  const size = 2 * 1024 * 1024 + 7;
+  const model = await makeTempModel({ [FILE]: size });
+  const server = await serve(model.dir);
+  const origin = new HttpOrigin(server.url, { connections: 1, pipeline: 2 });
+  const expected = fileBytes(model, FILE);
+  try {
+    await readRange(origin, 0, 1);
+    const ranges: [number, number][] = [];
+    let seed = 777;
+    for (let index = 0; index < 30; index++) {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      const offset = seed % size;
+      ranges.push([offset, 1 + (seed % Math.min(600_000, size - offset))]);
+    }
+    const together = await Promise.all(ranges.map(([offset, length]) => readRange(origin, offset, length)));
+    together.forEach((bytes, index) => {
+      const [offset, length] = ranges[index] ?? [0, 0];
+      assert.ok(bytes.equals(expected.subarray(offset, offset + length)), `${offset}+${length}`);
+    });
+    assert.equal(server.stats.connections, 1, 'one socket, requests pipelined on it');
+    assert.equal(origin.stats.retries, 0);
+  } finally {
+    await origin.close();
+    await server.close();
+    await model.remove();
+  }
+});

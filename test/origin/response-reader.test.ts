@@ -238,3 +238,98 @@ test('parseResponseHead reads fields strictly', () => {
   const bareLf = Buffer.from('HTTP/1.1 200 OK\r\nA: b\nC: d\r\n\r\n');
   assert.equal(parseResponseHead(bareLf).kind, 'invalid');
 });
+
+/** Feeds `wire` in reads of `readBytes`, following each finished response with `proceed` as the shell does. */
+function feedPipelined(reader: ResponseReader, wire: Buffer, readBytes: number): ReadStep[] {
+  const steps: ReadStep[] = [];
+  const take = (step: ReadStep): boolean => {
+    steps.push(step);
+    for (let carried = 0; step.kind === 'finished' && carried < 16; carried++) {
+      const next = reader.proceed();
+      if (next === undefined) break;
+      steps.push(next);
+      step = next;
+    }
+    return step.kind !== 'failed' && !(step.kind === 'finished' && !step.reusable);
+  };
+  let offset = 0;
+  for (let reads = 0; offset < wire.length && reads < wire.length; reads++) {
+    if (reader.idle) break;
+    const buffer = reader.buffer();
+    const count = Math.min(readBytes, buffer.length, wire.length - offset);
+    buffer.set(wire.subarray(offset, offset + count));
+    offset += count;
+    if (!take(reader.received(count))) break;
+  }
+  return steps;
+}
+
+test('pipelined: two responses read in order into their own targets, however the reads fall', () => {
+  const second = Buffer.from('the second body, a little longer than the first');
+  const wire = Buffer.concat([
+    partial(),
+    head(['HTTP/1.1 206 Partial Content', `Content-Length: ${second.length}`]),
+    second,
+  ]);
+  for (const readBytes of [1, 5, 40, 64, 1 << 20]) {
+    const reader = new ResponseReader();
+    const first = new Uint8Array(BODY.length);
+    const next = new Uint8Array(second.length);
+    reader.start({ target: first, accepts: acceptPartial });
+    reader.start({ target: next, accepts: acceptPartial });
+    assert.equal(reader.outstanding, 2);
+    const steps = feedPipelined(reader, wire, readBytes);
+    const finished = steps.filter((step) => step.kind === 'finished');
+    assert.equal(finished.length, 2, `reads of ${readBytes}`);
+    assert.ok(
+      finished.every((step) => step.kind === 'finished' && step.reusable && step.response.bodyFilled),
+    );
+    assert.equal(bodyBytes(steps), BODY.length + second.length);
+    assert.deepEqual(Buffer.from(first), BODY, `reads of ${readBytes}`);
+    assert.deepEqual(Buffer.from(next), second, `reads of ${readBytes}`);
+    assert.ok(reader.idle);
+    assert.equal(reader.outstanding, 0);
+  }
+});
+
+test('pipelined: a drained error answer is read exactly, then the next response fills its target', () => {
+  const wire = Buffer.concat([
+    head(['HTTP/1.1 503 Busy', 'Content-Length: 5']),
+    Buffer.from('busy\n'),
+    partial(),
+  ]);
+  for (const readBytes of [1, 3, 1 << 20]) {
+    const reader = new ResponseReader();
+    const refused = new Uint8Array(BODY.length);
+    const target = new Uint8Array(BODY.length);
+    reader.start({ target: refused, accepts: acceptPartial });
+    reader.start({ target, accepts: acceptPartial });
+    const finished = feedPipelined(reader, wire, readBytes).filter((step) => step.kind === 'finished');
+    assert.deepEqual(
+      finished.map((step) => step.kind === 'finished' && [step.response.status, step.response.bodyFilled]),
+      [
+        [503, false],
+        [206, true],
+      ],
+      `reads of ${readBytes}`,
+    );
+    assert.deepEqual(refused, new Uint8Array(BODY.length), 'the refused target is untouched');
+    assert.deepEqual(Buffer.from(target), BODY);
+  }
+});
+
+test('pipelined: requests dropped behind the current one make later bytes stray, ending reuse', () => {
+  const reader = new ResponseReader();
+  const first = new Uint8Array(BODY.length);
+  const dropped = new Uint8Array(BODY.length);
+  reader.start({ target: first, accepts: acceptPartial });
+  reader.start({ target: dropped, accepts: acceptPartial });
+  reader.dropWaiting();
+  assert.equal(reader.outstanding, 1);
+  const steps = feedPipelined(reader, Buffer.concat([partial(), partial()]), 1 << 20);
+  const last = steps.at(-1);
+  assert.ok(last?.kind === 'finished' && last.response.bodyFilled && !last.reusable);
+  assert.deepEqual(Buffer.from(first), BODY);
+  assert.deepEqual(dropped, new Uint8Array(BODY.length), 'nothing lands in a dropped target');
+  assert.equal(reader.idle, false);
+});
