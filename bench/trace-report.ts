@@ -3,9 +3,10 @@
  * traces. Run the fan-out with `WEIGHTCAST_TRACE_PIECES=1 node dist/bench/fanout.js --legs swarm
  * --skip-copy-out --keep` and point this at the logs directory it names. Each agent log holds its
  * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
- * from request to last byte, `verifyMs`, `parent`).
+ * from request to last byte, `waitMs` from request to first byte, `verifyMs`, `parent`).
  *
- * Prints the origin's span and rate and how long after its last byte the hosts finished; per host,
+ * Prints the origin's span and rate and how long after its last byte the hosts finished; how long
+ * each pair of hosts sat idle between consecutive transfers (pipelined or not); per host,
  * its transfers in flight over time; per parent, its uploads in flight; the download rate a host
  * reached with k transfers in flight; and a timeline of pieces held against pieces anywhere in the
  * swarm. Diagnostics only: it reads files and prints.
@@ -23,6 +24,8 @@ export interface Fetch {
   /** 'origin' or the parent host's label. */
   parent: string;
   startMs: number;
+  /** When the first byte landed (from the trace's `waitMs`; absent in older traces). */
+  firstByteMs?: number;
   endMs: number;
   storedMs: number;
 }
@@ -71,12 +74,15 @@ export function readTrace(dir: string, model?: string): Fetch[] {
       const verifyMs = Number(event['verifyMs'] ?? 0);
       const endMs = at - verifyMs;
       const parentUrl = typeof event['parent'] === 'string' ? event['parent'].replace(/\/+$/, '') : undefined;
+      const startMs = endMs - Number(event['ms']);
+      const waitMs = event['waitMs'];
       return {
         host,
         piece: Number(event['piece']),
         bytes: Number(event['bytes']),
         parent: parentUrl === undefined ? 'origin' : (labelOf.get(parentUrl) ?? parentUrl),
-        startMs: endMs - Number(event['ms']),
+        startMs,
+        ...(typeof waitMs === 'number' ? { firstByteMs: startMs + waitMs } : {}),
         endMs,
         storedMs: at,
       };
@@ -85,10 +91,59 @@ export function readTrace(dir: string, model?: string): Fetch[] {
   const t0 = Math.min(...fetches.map((f) => f.startMs));
   for (const f of fetches) {
     f.startMs -= t0;
+    if (f.firstByteMs !== undefined) f.firstByteMs -= t0;
     f.endMs -= t0;
     f.storedMs -= t0;
   }
   return fetches;
+}
+
+/**
+ * Consecutive transfers between the same two hosts (peers only): `pipelined` when the next was
+ * requested before the previous one's last byte, with the idle time on the pair from that last byte
+ * to the next one's first byte; `after`: requested only after it, with the same idle time. Needs
+ * first-byte times (traces with `waitMs`); undefined without them.
+ */
+export interface PairGaps {
+  pipelined: number[];
+  after: number[];
+}
+
+export function pairGaps(fetches: readonly Fetch[]): PairGaps | undefined {
+  const peers = fetches.filter((f) => f.parent !== 'origin');
+  if (peers.length === 0 || peers.some((f) => f.firstByteMs === undefined)) return undefined;
+  const byPair = new Map<string, Fetch[]>();
+  for (const f of peers) {
+    const key = `${f.host}<${f.parent}`;
+    const list = byPair.get(key) ?? [];
+    list.push(f);
+    byPair.set(key, list);
+  }
+  const gaps: PairGaps = { pipelined: [], after: [] };
+  for (const list of byPair.values()) {
+    list.sort((a, b) => a.startMs - b.startMs);
+    for (let i = 1; i < list.length; i++) {
+      const previous = list[i - 1]!;
+      const next = list[i]!;
+      const idle = (next.firstByteMs as number) - previous.endMs;
+      (next.startMs < previous.endMs ? gaps.pipelined : gaps.after).push(idle);
+    }
+  }
+  return gaps;
+}
+
+function gapLines(gaps: PairGaps | undefined): string[] {
+  if (gaps === undefined) return [];
+  const describe = (values: number[]): string =>
+    values.length === 0
+      ? 'none'
+      : `${values.length}, idle p50 ${quantile(values, 0.5).toFixed(0)} ms, p90 ${quantile(values, 0.9).toFixed(0)} ms`;
+  return [
+    '',
+    "Consecutive transfers on a pair (idle: the previous one's last byte to the next one's first):",
+    `requested before the previous ended (pipelined): ${describe(gaps.pipelined)}`,
+    `requested after it ended: ${describe(gaps.after)}`,
+  ];
 }
 
 /** Share of sampled instants (every SAMPLE_MS within [fromMs, toMs)) with k of `spans` open, k = 0.. */
@@ -222,6 +277,7 @@ export function report(fetches: readonly Fetch[]): string {
     `${fetches.length} verified transfers to ${hosts.length} hosts; last stored at ${(endMs / 1000).toFixed(2)} s`,
   );
   lines.push(...originLines(originSummary(fetches)));
+  lines.push(...gapLines(pairGaps(fetches)));
   lines.push(
     '',
     `Per host: pieces, from the origin, peer pieces from its ${TOP_PARENTS} most used parents (top %) and`,

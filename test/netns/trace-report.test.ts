@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import {
   concurrencyShares,
   originSummary,
+  pairGaps,
   pairingShares,
   readTrace,
   report,
@@ -141,6 +142,30 @@ test('originSummary: the origin span and rate, each host lag after the origin an
     ],
   );
   assert.equal(originSummary([fetch('a', 'b', 0, 10, 1)]), undefined, 'no origin transfers');
+});
+
+test('pairGaps: idle time between consecutive transfers on a pair, pipelined or not; needs first bytes', () => {
+  const fetch = (parent: string, startMs: number, firstByteMs: number | undefined, endMs: number): Fetch => ({
+    host: 'h',
+    piece: 0,
+    bytes: 1,
+    parent,
+    startMs,
+    ...(firstByteMs === undefined ? {} : { firstByteMs }),
+    endMs,
+    storedMs: endMs,
+  });
+  const gaps = pairGaps([
+    fetch('a', 0, 20, 100),
+    fetch('a', 90, 102, 180), // asked at 90, before the last byte at 100: pipelined, idle 2 ms
+    fetch('a', 200, 230, 300), // asked after 180: idle 50 ms
+    fetch('b', 0, 10, 50), // another pair: its own sequence
+    fetch('b', 40, 50, 90), // pipelined, idle 0
+    fetch('origin', 0, 5, 10), // origin transfers left out
+    fetch('origin', 20, 25, 30),
+  ]);
+  assert.deepEqual(gaps, { pipelined: [2, 0], after: [50] });
+  assert.equal(pairGaps([fetch('a', 0, undefined, 10), fetch('a', 20, 30, 40)]), undefined, 'older traces');
 });
 
 test('trace-report run on a directory that does not exist says so and exits 2, without a stack', () => {
