@@ -110,6 +110,8 @@ interface Options {
   /** Pieces each host downloads and uploads at once (scheduler and simulator); undefined: their default. */
   downloads: number | undefined;
   uploads: number | undefined;
+  /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
+  hedgeTail: number | undefined;
 }
 
 class UsageError extends Error {}
@@ -120,6 +122,7 @@ const USAGE = [
   "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
   "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
+  "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
   '  --legs naive,swarm (both)  --skip-copy-out  --warm-up-mb M (64)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
 ].join('\n');
@@ -144,6 +147,7 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
       downloads: { type: 'string' },
       uploads: { type: 'string' },
+      'hedge-tail': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -177,14 +181,17 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
     ringParents: integer(values['ring-parents'], '--ring-parents', 0, 64),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
+    hedgeTail:
+      values['hedge-tail'] === undefined ? undefined : integer(values['hedge-tail'], '--hedge-tail', 0, 4096),
   };
 }
 
-/** `--downloads` and `--uploads` as given, for the scheduler and the simulator alike. */
+/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
 function concurrencyFlags(options: Options): string[] {
   return [
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
+    ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),
   ];
 }
 

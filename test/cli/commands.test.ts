@@ -236,3 +236,22 @@ test('scheduler --downloads sets how many pieces a host is given at once; 0 is a
     }
   }
 });
+
+test('--hedge-tail: the scheduler and the simulator share its default and its checks', async () => {
+  for (const command of ['scheduler', 'sim']) {
+    for (const bad of ['x', '-1', '1.5']) {
+      const io = memoryIo(AbortSignal.timeout(5000));
+      assert.equal(await runCli([command, '--hedge-tail', bad], io), 2, `${command} --hedge-tail ${bad}`);
+      assert.match(io.err.join(''), /USAGE: --hedge-tail must be 0 \(never\) or an integer/);
+    }
+  }
+  const hedged = async (extra: string[]): Promise<unknown> => {
+    const io = memoryIo();
+    const argv = ['sim', '--hosts', '4', '--size-gb', '0.004', '--piece-mb', '1', '--json', ...extra];
+    assert.equal(await runCli(argv, io), 0);
+    const options = jsonLines(io.out)[0]?.['options'] as Record<string, unknown> | undefined;
+    return options?.['hedgeTailPieces'];
+  };
+  assert.equal(await hedged([]), 10);
+  assert.equal(await hedged(['--hedge-tail', '0']), 0);
+});

@@ -7,6 +7,7 @@ import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { parseRingParents, ringParentsOption } from '../ring-parents.js';
+import { hedgeTailOption, parseHedgeTail } from '../hedge-tail.js';
 import { CatalogStore } from '../../seed/catalog/store.js';
 import { catalogRoutes } from '../../seed/catalog/routes.js';
 import type { RegisterCommand } from './index.js';
@@ -20,6 +21,7 @@ interface SchedulerFlags {
   hostTimeoutMs: string;
   seed: string;
   ringParents: string;
+  hedgeTail: string;
   catalog?: string;
   json?: boolean;
 }
@@ -51,7 +53,8 @@ export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, 
       String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
     )
     .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
-  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents)
+  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
+  hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
@@ -72,6 +75,7 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
       downloadsPerHost: parsePositiveInt(flags.downloads, '--downloads'),
       uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
+      hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
       hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),

@@ -3,7 +3,8 @@
 import type { Command } from 'commander';
 import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
-import { RING_PARENTS_DEFAULT } from '../../swarm/core/index.js';
+import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../swarm/core/index.js';
+import { hedgeTailOption, parseHedgeTail } from '../hedge-tail.js';
 import { parseRingParents, ringParentsOption } from '../ring-parents.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import type { RegisterCommand } from './index.js';
@@ -49,8 +50,8 @@ export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExi
     .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
     .option('--downloads <n>', 'pieces a host downloads at once', '4')
     .option('--uploads <n>', 'pieces a host uploads at once', '4')
-    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)')
-    .option('--hedge-tail <n>', 'hedge the last N pieces of each host', '4');
+    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)');
+  hedgeTailOption(command, HEDGE_TAIL_PIECES_DEFAULT);
   ringParentsOption(command, RING_PARENTS_DEFAULT)
     .option('--json', 'print one JSON object')
     .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
@@ -86,7 +87,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     downloadsPerHost,
     uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
     originReaders: 0,
-    hedgeTailPieces: numberFlag(flags.hedgeTail, '--hedge-tail', 0),
+    hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
   };
   options.originReaders =

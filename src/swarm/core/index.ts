@@ -4,7 +4,7 @@
  */
 
 export { SwarmCore, HOSTS_MAX } from './swarm-core.js';
-export { ORIGIN, RING_PARENTS_DEFAULT } from './types.js';
+export { HEDGE_TAIL_PIECES_DEFAULT, ORIGIN, RING_PARENTS_DEFAULT } from './types.js';
 export type {
   Assignment,
   HostId,

@@ -8,7 +8,13 @@
 
 import { WeightcastError } from '../../errors.js';
 import { SwarmCore } from '../core/index.js';
-import { ORIGIN, RING_PARENTS_DEFAULT, type Assignment, type SwarmConfig } from '../core/index.js';
+import {
+  HEDGE_TAIL_PIECES_DEFAULT,
+  ORIGIN,
+  RING_PARENTS_DEFAULT,
+  type Assignment,
+  type SwarmConfig,
+} from '../core/index.js';
 import type { PieceMap } from '../piece-map.js';
 import {
   decodeBitfield,
@@ -32,6 +38,8 @@ export interface SwarmServiceOptions {
   randomSeed: number;
   /** SwarmConfig.ringParents (0 = off). */
   ringParents: number;
+  /** SwarmConfig.hedgeTailPieces: a host's last this many pieces may be hedged (0 = never). */
+  hedgeTailPieces: number;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
@@ -42,6 +50,7 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   hostTimeoutMs: 10_000,
   randomSeed: 1,
   ringParents: RING_PARENTS_DEFAULT,
+  hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
 };
 
 /** Peers a sync reply lists for the agent's fallback mode. */
@@ -85,7 +94,7 @@ export class SwarmService {
       originReadersMax: options.originReaders,
       downloadsPerHostMax: options.downloadsPerHost,
       uploadsPerHostMax: options.uploadsPerHost,
-      hedgeTailPieces: Math.max(2, options.downloadsPerHost),
+      hedgeTailPieces: options.hedgeTailPieces,
       randomSeed: options.randomSeed,
       ringParents: options.ringParents,
     };
