@@ -187,7 +187,7 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
 }
 
 /** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
-function concurrencyFlags(options: Options): string[] {
+function schedulingFlags(options: Options): string[] {
   return [
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
@@ -291,7 +291,7 @@ async function predict(
     ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
     '--ring-parents',
     String(options.ringParents),
-    ...concurrencyFlags(options),
+    ...schedulingFlags(options),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -748,7 +748,7 @@ async function startSwarmServices(context: LegContext, services: ChildProcess[])
     ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
     '--ring-parents',
     String(options.ringParents),
-    ...concurrencyFlags(options),
+    ...schedulingFlags(options),
   ];
   const scheduler = spawnLogged(hostSet, hostSet.control.ns, schedulerArgv, logDir, 'scheduler');
   services.push(scheduler);

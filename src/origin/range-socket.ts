@@ -483,11 +483,9 @@ class Connection {
    * pipelined behind it as unanswered (the caller may send them again).
    */
   private fail(error: unknown): void {
-    this.socket.destroy();
-    this.stopTimer();
     const first = this.queue.shift();
-    if (first !== undefined) first.reject(error ?? connectionClosedError(first.request, 'mid-response'));
     this.dropAll();
+    if (first !== undefined) first.reject(error ?? connectionClosedError(first.request, 'mid-response'));
   }
 
   /** Destroys the socket and fails every exchange left as unanswered: none of their bytes were read. */

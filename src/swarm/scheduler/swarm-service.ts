@@ -7,11 +7,11 @@
  */
 
 import { WeightcastError } from '../../errors.js';
-import { SwarmCore } from '../core/index.js';
 import {
   HEDGE_TAIL_PIECES_DEFAULT,
   ORIGIN,
   RING_PARENTS_DEFAULT,
+  SwarmCore,
   type Assignment,
   type SwarmConfig,
 } from '../core/index.js';
