@@ -42,7 +42,7 @@ import {
   tailOf,
   waitForExit,
 } from './netns/children.js';
-import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, type Endpoint } from './netns/plan.js';
+import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_MAX, MTU_MIN, tcpPayloadShare, type Endpoint } from './netns/plan.js';
 import {
   formatOptionalNumber,
   formatOptionalSeconds,
@@ -82,8 +82,11 @@ const VERIFY_PARALLEL = 2;
 /** The swarm services' ports inside the namespaces (each host has its own address). */
 const SCHEDULER_PORT = 7000;
 const AGENT_PORT = 7001;
-/** MTU 1500 with TCP timestamps: 1448 payload bytes per 1514 bytes tbf counts. */
-const TCP_PAYLOAD_SHARE = 1448 / 1514;
+/**
+ * The testbed's links run jumbo frames, as GPU clusters' fabrics do: at MTU 1500 tbf's count of
+ * headers alone holds TCP payload to 0.956 of every cap (`--mtu 1500` shows it).
+ */
+const MTU_TESTBED_DEFAULT = 9000;
 
 const LEGS = ['naive', 'swarm'] as const;
 type Leg = (typeof LEGS)[number];
@@ -112,6 +115,8 @@ interface Options {
   uploads: number | undefined;
   /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
   hedgeTail: number | undefined;
+  /** The testbed links' MTU (netns only). */
+  mtu: number;
 }
 
 class UsageError extends Error {}
@@ -119,6 +124,7 @@ class UsageError extends Error {}
 const USAGE = [
   'usage: npm run bench:fanout -- [flags]',
   '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
+  `  --mtu M (${MTU_TESTBED_DEFAULT}: jumbo frames; netns testbed only)`,
   "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
   "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
@@ -144,6 +150,7 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
       json: { type: 'boolean', default: false },
       'skip-copy-out': { type: 'boolean', default: false },
       'warm-up-mb': { type: 'string', default: '64' },
+      mtu: { type: 'string', default: String(MTU_TESTBED_DEFAULT) },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
       downloads: { type: 'string' },
       uploads: { type: 'string' },
@@ -178,6 +185,7 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
     json: values.json,
     skipCopyOut: values['skip-copy-out'],
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
+    mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
     ringParents: integer(values['ring-parents'], '--ring-parents', 0, 64),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
@@ -818,6 +826,8 @@ interface Report {
   sim: SimPrediction | string;
   /** The share of each cap the simulator's links were given (TCP payload on the testbed). */
   simLinkShare: number;
+  /** The testbed links' MTU (netns mode). */
+  mtu: number;
   legs: LegSummary[];
 }
 
@@ -909,7 +919,7 @@ function printReport(report: Report): void {
   }
   if (report.mode === 'netns') {
     console.log(
-      `tc counts packet headers: TCP payload tops out near ${TCP_PAYLOAD_SHARE.toFixed(3)} x each cap at MTU 1500, ` +
+      `tc counts packet headers: TCP payload tops out near ${tcpPayloadShare(report.mtu).toFixed(3)} x each cap at MTU ${report.mtu}, ` +
         'so the simulator is run with the links at that share of their caps (its prediction moves the same payload ' +
         'over the same effective links); every efficiency is against T_lb at the full caps.',
     );
@@ -948,7 +958,7 @@ async function main(argv: readonly string[]): Promise<number> {
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
   const modeNote =
     problem === undefined
-      ? 'testbed: a network namespace per host (and one for the scheduler) on a Linux bridge, tc tbf caps on every link, both directions'
+      ? `testbed: a network namespace per host (and one for the scheduler) on a Linux bridge, tc tbf caps on every link, both directions, MTU ${options.mtu}`
       : `LOOPBACK MODE: no network namespaces (${problem}); everything runs on 127.0.0.1, capped only by the processes themselves`;
   if (problem !== undefined) log(`NOTE: ${modeNote}`);
   const loadAverageAtStart = loadavg()[0] ?? 0;
@@ -974,7 +984,7 @@ async function main(argv: readonly string[]): Promise<number> {
       originMbps: options.originMbps,
     };
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
-    const simLinkShare = problem === undefined ? TCP_PAYLOAD_SHARE : 1;
+    const simLinkShare = problem === undefined ? tcpPayloadShare(options.mtu) : 1;
     const sim = await predict(setting, model.pieceBytes, options, root, simLinkShare);
     hostSet =
       problem === undefined
@@ -982,6 +992,7 @@ async function main(argv: readonly string[]): Promise<number> {
             hosts: options.hosts,
             hostMbps: options.mbps,
             originMbps: options.originMbps,
+            mtu: options.mtu,
           })
         : new LoopbackHosts(options.hosts, options.mbps, options.originMbps);
     const measurements: LegMeasurement[] = [];
@@ -1008,6 +1019,7 @@ async function main(argv: readonly string[]): Promise<number> {
       naiveFluidSeconds: naiveFluidSeconds(setting),
       sim,
       simLinkShare,
+      mtu: options.mtu,
       legs: measurements.map((measurement) => summarizeLeg(measurement, setting)),
     };
     if (options.json) console.log(JSON.stringify({ event: 'fanout', ...report }));

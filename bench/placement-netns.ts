@@ -34,6 +34,7 @@ import { formatBytes } from '../src/util/units.js';
 import { firstMatch, saveOutput, stopChild, tailOf, waitForExit } from './netns/children.js';
 import type { Endpoint } from './netns/plan.js';
 import { renderTable } from './netns/report.js';
+import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { createTestbed, type Testbed } from './netns/testbed.js';
 
 const MiB = 1024 * 1024;
@@ -46,8 +47,8 @@ export const NODES_MAX = 8;
 /** Nodes holding the model before the re-layout. */
 export const NODES_BEFORE = 2;
 export const GOAL_RATIO = 1.1;
-/** MTU 1500 with TCP timestamps: 1448 payload bytes per 1514 bytes tbf counts. */
-export const TCP_PAYLOAD_SHARE = 1448 / 1514;
+/** The testbed's links run MTU 1500: 1448 payload bytes per 1514 bytes tbf counts. */
+export const TCP_PAYLOAD_SHARE = tcpPayloadShare(MTU_DEFAULT);
 
 /**
  * The pull takes pieces in order and each lane waits for its piece, so lanes drift between nodes: with

@@ -21,12 +21,13 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { textTable } from '../src/util/text-table.js';
 import { stopChild, waitForExit } from './netns/children.js';
+import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { createTestbed, netnsProblem } from './netns/testbed.js';
 
 const PORT = 8090;
 const BUFFER_RANGES = 16;
 /** tc counts headers: TCP payload of a full-size frame at MTU 1500 is 1448 of 1514 bytes. */
-const PAYLOAD_SHARE = 1448 / 1514;
+const PAYLOAD_SHARE = tcpPayloadShare(MTU_DEFAULT);
 const START_SLACK_MS = 2000;
 const REQUEST_TIMEOUT_MS = 10_000;
 const SELF = fileURLToPath(import.meta.url);

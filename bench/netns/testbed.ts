@@ -53,6 +53,8 @@ export interface TestbedOptions {
   subnet?: string;
   /** Prefix of every name (default `wc<pid><letter>`). */
   tag?: string;
+  /** Every link's MTU (default 1500; 9000 for jumbo frames). */
+  mtu?: number;
 }
 
 /** Why netns testbeds cannot run here, or undefined when they can. Creates and deletes one namespace. */
@@ -81,6 +83,7 @@ export async function createTestbed(options: TestbedOptions): Promise<Testbed> {
     hostMbps: options.hostMbps,
     originMbps: options.originMbps,
     subnet: options.subnet ?? '10.77.0',
+    ...(options.mtu === undefined ? {} : { mtu: options.mtu }),
   });
   const testbed = new Testbed(plan);
   try {
@@ -142,7 +145,8 @@ export class Testbed implements HostSet {
     const { ns, bridgePort, peer, address, mbps } = endpoint;
     await run('ip', ['netns', 'add', ns]);
     this.#namespaces.push(ns);
-    await run('ip', ['link', 'add', bridgePort, 'type', 'veth', 'peer', 'name', peer]);
+    const mtu = String(this.plan.mtu);
+    await run('ip', ['link', 'add', bridgePort, 'mtu', mtu, 'type', 'veth', 'peer', 'name', peer, 'mtu', mtu]);
     this.#links.push(bridgePort);
     await run('ip', ['link', 'set', peer, 'netns', ns]);
     await run('ip', ['-n', ns, 'link', 'set', peer, 'name', 'eth0']);

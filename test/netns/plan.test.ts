@@ -6,7 +6,9 @@ import {
   interfaceNames,
   planTestbed,
   PlanError,
+  MTU_DEFAULT,
   tbfArguments,
+  tcpPayloadShare,
   testbedTag,
 } from '../../bench/netns/plan.js';
 import {
@@ -59,10 +61,20 @@ test('bad plans are refused before anything is created', () => {
     { originMbps: Number.NaN },
     { subnet: '10.77' },
     { subnet: '10.77.300' },
+    { mtu: 1279 },
+    { mtu: 9217 },
+    { mtu: 1500.5 },
   ];
   for (const change of cases) {
     assert.throws(() => planTestbed({ ...input, ...change }), PlanError, JSON.stringify(change));
   }
+});
+
+test('links run MTU 1500 unless told; TCP payload share of a cap follows the MTU', () => {
+  assert.equal(planTestbed(input).mtu, MTU_DEFAULT);
+  assert.equal(planTestbed({ ...input, mtu: 9000 }).mtu, 9000);
+  assert.equal(tcpPayloadShare(1500), 1448 / 1514);
+  assert.equal(tcpPayloadShare(9000), 8948 / 9014);
 });
 
 test('tbf buckets hold a GSO segment at low rates and 5 ms at high rates', () => {

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { firstMatch, waitForExit } from '../../bench/netns/children.js';
 import { interfaceNames } from '../../bench/netns/plan.js';
 import { createTestbed, LoopbackHosts, netnsProblem } from '../../bench/netns/testbed.js';
@@ -21,7 +21,7 @@ test('a 2-host testbed connects its hosts and its control machine to the origin 
     t.skip(`needs root and ip netns: ${problem}`);
     return;
   }
-  const testbed = await createTestbed({ hosts: 2, hostMbps: 100, originMbps: 100 });
+  const testbed = await createTestbed({ hosts: 2, hostMbps: 100, originMbps: 100, mtu: 9000 });
   const { plan } = testbed;
   let server;
   try {
@@ -33,6 +33,11 @@ test('a 2-host testbed connects its hosts and its control machine to the origin 
       encoding: 'utf8',
     });
     assert.match(qdiscs, /tbf .*rate 100Mbit/);
+    for (const host of testbed.hosts) {
+      assert.equal(readFileSync(`/sys/class/net/${host.bridgePort}/mtu`, 'utf8').trim(), '9000');
+      const link = execFileSync('ip', ['-n', host.ns, 'link', 'show', 'dev', 'eth0'], { encoding: 'utf8' });
+      assert.match(link, / mtu 9000 /, `${host.label} eth0`);
+    }
 
     const serve =
       `require('node:http').createServer((q, s) => s.end('hello from ' + q.socket.localAddress))` +
