@@ -9,8 +9,8 @@
  * re-hashes journaled pieces before trusting them (see `bootId`).
  */
 
-import { readFile } from 'node:fs/promises';
-import { open, type FileHandle } from 'node:fs/promises';
+import { writeSync } from 'node:fs';
+import { open, readFile, type FileHandle } from 'node:fs/promises';
 
 export interface JournalRecord {
   file: number;
@@ -65,8 +65,20 @@ export class JournalWriter {
     return new JournalWriter(await open(path, 'a'));
   }
 
-  async append(record: JournalRecord): Promise<void> {
-    await this.handle.appendFile(formatRecord(record));
+  /**
+   * Appends one line. The write is synchronous: a ~100-byte append to the page cache takes a few
+   * microseconds, where the promise path (a thread-pool round trip) cost 35-50 us of CPU per line,
+   * once per verified piece. Errors (a full disk) still reject.
+   */
+  append(record: JournalRecord): Promise<void> {
+    try {
+      const bytes = Buffer.from(formatRecord(record));
+      let written = 0;
+      while (written < bytes.length) written += writeSync(this.handle.fd, bytes, written);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
   }
 
   async sync(): Promise<void> {
