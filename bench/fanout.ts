@@ -42,7 +42,15 @@ import {
   tailOf,
   waitForExit,
 } from './netns/children.js';
-import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_MAX, MTU_MIN, tcpPayloadShare, type Endpoint } from './netns/plan.js';
+import {
+  HOSTS_MAX,
+  MBPS_MAX,
+  MBPS_MIN,
+  MTU_MAX,
+  MTU_MIN,
+  tcpPayloadShare,
+  type Endpoint,
+} from './netns/plan.js';
 import {
   formatOptionalNumber,
   formatOptionalSeconds,

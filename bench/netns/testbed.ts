@@ -146,7 +146,20 @@ export class Testbed implements HostSet {
     await run('ip', ['netns', 'add', ns]);
     this.#namespaces.push(ns);
     const mtu = String(this.plan.mtu);
-    await run('ip', ['link', 'add', bridgePort, 'mtu', mtu, 'type', 'veth', 'peer', 'name', peer, 'mtu', mtu]);
+    await run('ip', [
+      'link',
+      'add',
+      bridgePort,
+      'mtu',
+      mtu,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      peer,
+      'mtu',
+      mtu,
+    ]);
     this.#links.push(bridgePort);
     await run('ip', ['link', 'set', peer, 'netns', ns]);
     await run('ip', ['-n', ns, 'link', 'set', peer, 'name', 'eth0']);
