@@ -92,6 +92,8 @@ const KEEP_ALIVE_TIMEOUT_MS = 10_000;
 /** Below the 5 s keep-alive of Node's HTTP server, so the client, not the server, ends idle sockets. */
 const RANGE_IDLE_SOCKET_TIMEOUT_MS = 4_000;
 const REDIRECTS_MAX = 5;
+/** File URLs an HttpOrigin remembers (fileUrl); past this many the map starts over. */
+const FILE_URLS_MAX = 4096;
 const REDIRECT_CACHE_ENTRIES_MAX = 4096;
 const INDEX_BYTES_MAX = 64 * 1024 * 1024;
 /** Error bodies smaller than this are read to the end so the socket can be reused. */
@@ -173,6 +175,8 @@ export class HttpOrigin implements Origin {
   private readonly random: () => number;
   /** Path to the URL its last redirect chain ended at; insertion order is age order. */
   private readonly redirectTargets = new Map<string, URL>();
+  /** Each file's URL under the base, built once (every piece read asks for it twice). */
+  private readonly fileUrls = new Map<string, URL>();
 
   constructor(baseUrl: string, options: HttpOriginOptions = {}) {
     this.base = parseBaseUrl(baseUrl);
@@ -561,7 +565,14 @@ export class HttpOrigin implements Origin {
   }
 
   private fileUrl(path: string): URL {
-    return new URL(path.split('/').map(encodeURIComponent).join('/'), this.base);
+    let url = this.fileUrls.get(path);
+    if (url === undefined) {
+      url = new URL(path.split('/').map(encodeURIComponent).join('/'), this.base);
+      // A model has few files, but the paths come from callers: keep the map bounded anyway.
+      if (this.fileUrls.size >= FILE_URLS_MAX) this.fileUrls.clear();
+      this.fileUrls.set(path, url);
+    }
+    return url;
   }
 
   /** Every failure leaves as a WeightcastError; `details.retryable` marks the transient ones. */
