@@ -30,6 +30,7 @@ import { parseArgs } from 'node:util';
 import { buildManifest } from '../src/manifest/build.js';
 import { manifestDigest, totalBytes, totalPieces, writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
+import { parseHedgeTail, parseRingParents } from '../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../src/swarm/core/index.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
@@ -194,11 +195,10 @@ function parseOptions(argv: readonly string[]): Options | 'help' {
     skipCopyOut: values['skip-copy-out'],
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
     mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
-    ringParents: integer(values['ring-parents'], '--ring-parents', 0, 64),
+    ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
-    hedgeTail:
-      values['hedge-tail'] === undefined ? undefined : integer(values['hedge-tail'], '--hedge-tail', 0, 4096),
+    hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
   };
 }
 

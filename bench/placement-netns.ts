@@ -32,9 +32,8 @@ import { LocalOrigin } from '../src/origin/local.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
 import { firstMatch, saveOutput, stopChild, tailOf, waitForExit } from './netns/children.js';
-import type { Endpoint } from './netns/plan.js';
+import { MTU_DEFAULT, tcpPayloadShare, type Endpoint } from './netns/plan.js';
 import { renderTable } from './netns/report.js';
-import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { createTestbed, type Testbed } from './netns/testbed.js';
 
 const MiB = 1024 * 1024;
