@@ -115,6 +115,10 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     if (event.type !== 'piece') io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
     return;
   }
+  if (event.type === 'loopback-unavailable') {
+    io.stdout(`local API not on 127.0.0.1 (${event.reason}); pulls on this host need --agent URL\n`);
+    return;
+  }
   const model = event.model.slice(0, 12);
   switch (event.type) {
     case 'joined':

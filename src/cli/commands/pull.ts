@@ -16,7 +16,8 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { RegisterCommand } from './index.js';
 import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
-import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
+import { agentPull, swarmPull, type AgentPlacement } from '../../swarm/swarm-pull.js';
+import { AGENT_PORT_DEFAULT, findLocalAgent } from '../../swarm/local-agent.js';
 import { WeightcastError } from '../../errors.js';
 import { openSeedSource } from '../../seed/read/open.js';
 
@@ -39,7 +40,9 @@ interface PullFlags {
   token?: string;
   json?: boolean;
   scheduler?: string;
-  agent?: string;
+  /** A URL; false with --no-agent. */
+  agent?: string | false;
+  link?: boolean;
   listen?: string;
   advertise?: string;
   uploadMbps?: string;
@@ -69,7 +72,15 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
     )
     .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
     .option('--scheduler <url>', 'join the swarm of this scheduler (this pull serves peers while it runs)')
-    .option('--agent <url>', 'fetch through the swarm agent running on this machine, then copy out')
+    .option(
+      '--agent <url>',
+      `fetch through the swarm agent on this machine (default: $WEIGHTCAST_AGENT, else an agent on 127.0.0.1:${AGENT_PORT_DEFAULT} if one answers)`,
+    )
+    .option('--no-agent', 'do not look for a local agent: pull from the origin directly')
+    .option(
+      '--link',
+      "through an agent that already holds the model in its cache: hard-link its files instead of copying them (same file system; do not modify them then, they are the agent's too)",
+    )
     .option(
       '--seeds <url>',
       "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
@@ -79,14 +90,38 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
     .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
     .option('--download-mbps <mbit/s>', 'with --scheduler: cap on what this pull receives')
     .option('--json', 'JSON lines on stdout')
-    .action(async (src: string, flags: PullFlags) =>
-      setExitCode(
-        await (flags.scheduler !== undefined || flags.agent !== undefined
-          ? swarmPullCommand(src, flags, io)
-          : pullCommand(src, flags, io)),
-      ),
-    );
+    .action(async (src: string, flags: PullFlags) => setExitCode(await routePull(src, flags, io)));
 };
+
+/**
+ * Which pull this is: in-process swarm (--scheduler), seed tier (--seeds), through an agent (--agent,
+ * or the agent found on this machine), or straight from the origin. A pull with a manifest goes
+ * through a local agent when one is running, as dfget goes through dfdaemon; without a manifest it
+ * cannot (peers are trusted only for bytes a manifest names) and says so.
+ */
+async function routePull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  if (flags.scheduler !== undefined || typeof flags.agent === 'string')
+    return swarmPullCommand(src, flags, io);
+  if (flags.agent === false || flags.seeds !== undefined) return pullCommand(src, flags, io);
+  let found;
+  try {
+    found = await findLocalAgent(process.env, io.signal);
+  } catch (error) {
+    return reportError(io, error, flags.json === true);
+  }
+  if (!found.found) return pullCommand(src, flags, io);
+  if (flags.manifest === undefined) {
+    io.stderr(
+      `weightcast: an agent is running at ${found.url}, but going through it needs --manifest (peers are trusted only for bytes a manifest names); pulling from the origin directly\n`,
+    );
+    return pullCommand(src, flags, io);
+  }
+  if (flags.json !== true) {
+    const how = found.via === 'env' ? '$WEIGHTCAST_AGENT' : 'found on this host';
+    io.stderr(`weightcast: pulling through the agent at ${found.url} (${how}; --no-agent to skip it)\n`);
+  }
+  return swarmPullCommand(src, { ...flags, agent: found.url }, io);
+}
 
 export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
@@ -208,6 +243,30 @@ function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: bool
   }
 }
 
+/** One word for how a pull through an agent got its files to the destination (JSON `placed`). */
+function describePlacement(placement: AgentPlacement): string {
+  if (placement.how === 'direct') return 'direct';
+  if (placement.how === 'verified-copy') return 'verified-copy';
+  const { methods } = placement.result;
+  // The weakest method that placed any file names the whole: one copied file means it was copied.
+  return methods.copy > 0 ? 'copy' : methods.link > 0 ? 'link' : 'reflink';
+}
+
+function placementLine(placed: string): string {
+  switch (placed) {
+    case 'direct':
+      return 'the agent wrote the files here directly (no copy)';
+    case 'reflink':
+      return "placed from the agent's cache by reflink (shared blocks, copy-on-write; no copy)";
+    case 'link':
+      return "hard-linked from the agent's cache (the files are the agent's too: do not modify them)";
+    case 'copy':
+      return "copied from the agent's cache by the kernel (no reflinks on this file system; not hashed again)";
+    default:
+      return "copied from the agent's files (or kept where already here) with every piece verified again";
+  }
+}
+
 function parseListen(text: string): { host: string; port: number } {
   const match = /^(.*):(\d+)$/.exec(text);
   const port = match === null ? NaN : Number(match[2]);
@@ -222,11 +281,11 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
   const json = flags.json === true;
   const progress = createProgress(io, 'pulling', json);
   try {
-    if (flags.scheduler !== undefined && flags.agent !== undefined) {
+    if (flags.scheduler !== undefined && typeof flags.agent === 'string') {
       throw new WeightcastError('USAGE', 'give --scheduler or --agent, not both');
     }
     if (flags.scheduler !== undefined) serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
-    if (flags.agent !== undefined) serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7001');
+    if (typeof flags.agent === 'string') serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7100');
     if (flags.manifest === undefined) {
       throw new WeightcastError(
         'SWARM_NEEDS_MANIFEST',
@@ -273,19 +332,22 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       });
       summary = { ...result };
     } else {
-      const { status } = await agentPull(src, flags.to, {
+      const { status, placement } = await agentPull(src, flags.to, {
         manifest,
         agentUrl: flags.agent as string,
         signal: io.signal,
         onProgress,
-        onAgentComplete: () => {
+        ...(flags.link === true ? { place: 'link' as const } : {}),
+        onAgentComplete: (status) => {
           const seconds = (performance.now() - started) / 1000;
           if (json) io.stdout(JSON.stringify({ event: 'agent-complete', seconds }) + '\n');
-          else
-            progress.log(
-              `weightcast: the agent holds the verified model after ${formatSeconds(seconds)}; copying it out`,
-            );
+          else if (status.filesAt !== 'destination' || status.filesDir === undefined)
+            progress.log(`weightcast: the agent holds the verified model after ${formatSeconds(seconds)}`);
         },
+        onDestinationRefused: (reason) =>
+          progress.log(
+            `weightcast: the agent cannot write into ${flags.to} (${reason}); copying the files out instead`,
+          ),
         ...(token === undefined || token === '' ? {} : { token }),
       });
       summary = {
@@ -294,6 +356,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         originBytes: status.originBytes,
         peerBytes: status.peerBytes,
         corruptPieces: status.corruptPieces,
+        placed: describePlacement(placement),
       };
     }
     progress.finish();
@@ -304,8 +367,10 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       io.stdout(
         `pulled ${manifest.files.length} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
           `${formatBytes(Number(summary['originBytes']))} from the origin, ${formatBytes(Number(summary['peerBytes']))} from peers` +
-          (flags.agent !== undefined ? ' (by the agent)' : '') +
-          `; every piece verified against the manifest\nmodel ${String(summary['manifestDigest'])}\n`,
+          (typeof flags.agent === 'string' ? ' (by the agent)' : '') +
+          `; every piece verified against the manifest\n` +
+          (summary['placed'] === undefined ? '' : `${placementLine(summary['placed'] as string)}\n`) +
+          `model ${String(summary['manifestDigest'])}\n`,
       );
     }
     return 0;

@@ -15,7 +15,7 @@
  */
 
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
@@ -63,6 +63,16 @@ export class PieceStore {
    */
   static async opensEmpty(stateDir: string): Promise<boolean> {
     return (await stat(join(stateDir, STATE_FILE)).catch(() => undefined)) === undefined;
+  }
+
+  /** Whether any of the model's files is already under its final name in `finalDir`. */
+  static async hasFinalFiles(map: PieceMap, finalDir: string): Promise<boolean> {
+    const found = await Promise.all(
+      map.manifest.files.map(
+        async (file) => (await stat(join(finalDir, file.path)).catch(() => undefined)) !== undefined,
+      ),
+    );
+    return found.includes(true);
   }
 
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
@@ -165,6 +175,24 @@ export class PieceStore {
     file.remaining--;
     if (file.remaining === 0) await this.finishFile(where.fileIndex);
     this.mark(piece);
+    if (this.complete) await this.removeEmptyDataDirs();
+  }
+
+  /**
+   * Once every file is under its final name, the partial files' folders are empty: remove them and
+   * their parent (`DIR/.weightcast/agent` and `DIR/.weightcast`: a destination should hold the model,
+   * not our scaffolding). Folders that are not empty (a pull's journal) stay.
+   */
+  private async removeEmptyDataDirs(): Promise<void> {
+    if (this.options.finalDir === undefined) return;
+    const nested = new Set<string>();
+    for (const file of this.map.manifest.files) {
+      for (let dir = dirname(file.path); dir !== '.' && dir !== '/'; dir = dirname(dir)) nested.add(dir);
+    }
+    const deepestFirst = [...nested].sort((a, b) => b.split('/').length - a.split('/').length);
+    for (const dir of deepestFirst) await rmdir(join(this.options.dataDir, dir)).catch(() => undefined);
+    await rmdir(this.options.dataDir).catch(() => undefined);
+    await rmdir(dirname(this.options.dataDir)).catch(() => undefined);
   }
 
   /** Reads a verified piece into `target` (at least the piece's length); returns the length. */

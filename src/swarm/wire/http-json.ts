@@ -184,6 +184,9 @@ const KNOWN_CODES = new Set<string>([
   'LIMIT_EXCEEDED',
   'USAGE',
   'ORIGIN_NOT_FOUND',
+  // An agent asked to write a model into a destination: it may not be able to, or find it taken.
+  'IO',
+  'PULL_DESTINATION_CONFLICT',
 ]);
 
 /** Starts listening; a taken port or a bad address becomes an IO error naming them. */
