@@ -24,7 +24,8 @@ import type { Origin } from '../origin/origin.js';
 import { placeFiles, someFilesPresent, type PlaceResult } from '../pull/place.js';
 import { pull, STATE_DIR_NAME, type PullEvent, type PullResult } from '../pull/pull.js';
 import { Agent, type AgentEvent, type ModelStatus } from './agent/agent.js';
-import { callJson } from './wire/http-json.js';
+import { callJson, remoteError } from './wire/http-json.js';
+import { errorBodySchema } from './wire/protocol.js';
 import { z } from 'zod';
 
 export interface SwarmPullOptions {
@@ -105,9 +106,16 @@ async function waitFor(
   options: { signal?: AbortSignal; onProgress?: (status: ModelStatus) => void },
 ): Promise<void> {
   let done = false;
-  const finished = complete().then(() => {
-    done = true;
-  });
+  let failure: unknown;
+  const finished = complete().then(
+    () => {
+      done = true;
+    },
+    (error: unknown) => {
+      failure = error;
+      done = true;
+    },
+  );
   while (!done) {
     if (options.signal?.aborted === true) throw abortError(options.signal, 'the swarm pull');
     options.onProgress?.(status());
@@ -116,6 +124,7 @@ async function waitFor(
       sleep(250, undefined, options.signal ? { signal: options.signal } : {}),
     ]).catch(() => undefined);
   }
+  if (failure !== undefined) throw failure;
   options.onProgress?.(status());
 }
 
@@ -155,6 +164,7 @@ const statusSchema = z.object({
   registered: z.boolean(),
   filesDir: z.string().max(4096).optional(),
   filesAt: z.enum(['cache', 'destination']).optional(),
+  failed: errorBodySchema.optional(),
 });
 
 export async function agentPull(
@@ -175,7 +185,9 @@ export async function agentPull(
     const parsed = statusSchema.safeParse(raw);
     if (!parsed.success)
       throw new WeightcastError('SWARM_PROTOCOL', `the agent at ${base} sent a malformed status`);
-    const { filesDir, filesAt, ...status } = parsed.data;
+    const { filesDir, filesAt, failed, ...status } = parsed.data;
+    // The model stopped at the agent (its disk could not take it): the pull fails with that error.
+    if (failed !== undefined) throw remoteError(failed, `the agent at ${base}`);
     return {
       ...status,
       ...(filesDir === undefined ? {} : { filesDir }),

@@ -141,6 +141,9 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'complete':
       io.stdout(`model ${model}: complete; seeding\n`);
       break;
+    case 'failed':
+      io.stdout(`model ${model}: stopped: ${event.code}: ${event.reason}\n`);
+      break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);
       break;

@@ -107,6 +107,8 @@ export interface ModelStatus {
    * no second hash) or a destination a join named (the user's, who may have changed it since).
    */
   filesAt?: 'cache' | 'destination';
+  /** Why the model stopped on this host (a disk that cannot take its pieces); nothing more is fetched. */
+  failed?: { code: string; message: string };
 }
 
 interface Joined {
@@ -172,7 +174,9 @@ export class Agent {
   async join(options: JoinOptions): Promise<ModelStatus> {
     const hex = manifestDigest(options.manifest).slice('sha256:'.length);
     const existing = this.joined.get(hex) ?? (await this.joining.get(hex));
-    if (existing !== undefined) return this.statusOf(existing);
+    // A model that stopped on a disk error is joined afresh: the user may have made room since.
+    if (existing?.member.failure !== undefined) await this.drop(existing);
+    else if (existing !== undefined) return this.statusOf(existing);
     const pending = this.doJoin(hex, options);
     this.joining.set(hex, pending);
     try {
@@ -206,6 +210,11 @@ export class Agent {
     ]);
     clearTimeout(timer);
     if (onClose !== undefined) res.off('close', onClose);
+  }
+
+  private async drop(entry: Joined): Promise<void> {
+    if (this.joined.get(entry.hex) === entry) this.joined.delete(entry.hex);
+    await Promise.allSettled([entry.member.close(), entry.store.close(), entry.origin.close()]);
   }
 
   member(hex: string): SwarmMember {
@@ -251,6 +260,9 @@ export class Agent {
       corruptPieces: entry.member.stats.corruptPieces,
       duplicateBytes: entry.member.stats.duplicateBytes,
       registered: entry.member.registeredHost !== undefined,
+      ...(entry.member.failure === undefined
+        ? {}
+        : { failed: { code: entry.member.failure.code, message: entry.member.failure.message } }),
       ...(entry.store.complete
         ? { filesDir: entry.store.filesDirectory, filesAt: entry.to === undefined ? 'cache' : 'destination' }
         : {}),

@@ -155,7 +155,9 @@ export class PieceStore {
       return 'duplicate';
     }
     this.assertOpen();
-    const write = this.writeVerified(piece, bytes);
+    const write = this.writeVerified(piece, bytes).catch((error: unknown) => {
+      throw this.writeError(piece, error);
+    });
     this.writing.set(piece, write);
     try {
       await write;
@@ -193,6 +195,19 @@ export class PieceStore {
     for (const dir of deepestFirst) await rmdir(join(this.options.dataDir, dir)).catch(() => undefined);
     await rmdir(this.options.dataDir).catch(() => undefined);
     await rmdir(dirname(this.options.dataDir)).catch(() => undefined);
+  }
+
+  /** A failed write as a typed IO error naming the file and the system's code (ENOSPC, EIO, ...). */
+  private writeError(piece: number, error: unknown): unknown {
+    if (error instanceof WeightcastError) return error;
+    const where = this.map.locate(piece);
+    const code = (error as NodeJS.ErrnoException | undefined)?.code;
+    return new WeightcastError(
+      'IO',
+      `cannot store piece ${where.piece} of ${where.file.path}: ${(error as Error)?.message ?? String(error)}`,
+      { file: where.file.path, piece, ...(code === undefined ? {} : { errno: code }) },
+      { cause: error },
+    );
   }
 
   /** Reads a verified piece into `target` (at least the piece's length); returns the length. */
