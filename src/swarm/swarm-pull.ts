@@ -106,13 +106,13 @@ async function waitFor(
   options: { signal?: AbortSignal; onProgress?: (status: ModelStatus) => void },
 ): Promise<void> {
   let done = false;
-  let failure: unknown;
+  let failure: Error | undefined;
   const finished = complete().then(
     () => {
       done = true;
     },
     (error: unknown) => {
-      failure = error;
+      failure = error instanceof Error ? error : new Error(String(error));
       done = true;
     },
   );
