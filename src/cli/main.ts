@@ -1,11 +1,13 @@
 /**
- * The `weightcast` command line: one commander program, one module per subcommand under
- * src/cli/commands. `main` returns the exit code; only bin/weightcast.js exits the process.
+ * The `weightcast` command line: one commander program. Each subcommand is declared in
+ * src/cli/definitions (name, arguments, options, help) and carried out by its module in
+ * src/cli/commands, which the definition imports only when the command runs. `main` returns the exit
+ * code; only bin/weightcast.js exits the process.
  */
 
 import { Command, CommanderError } from 'commander';
 import { EXIT_USAGE, processIo, type CliIo } from './io.js';
-import { COMMANDS } from './commands/index.js';
+import { COMMANDS } from './definitions/index.js';
 
 export type { CliIo } from './io.js';
 
