@@ -53,7 +53,14 @@ function sourcePath(url: string): string | undefined {
   return url.startsWith(SRC) ? url.slice(SRC.length) : undefined;
 }
 
-for (const argv of [['--help'], ['pull', '--help'], ['agent', '--help'], ['--version'], ['agent']]) {
+for (const argv of [
+  ['--help'],
+  ['pull', '--help'],
+  ['agent', '--help'],
+  ['serve', '--help'],
+  ['--version'],
+  ['agent'],
+]) {
   test(`weightcast ${argv.join(' ')} loads no command implementation`, async () => {
     const edges = await importsOf(argv);
     const loaded = new Set(edges.map((edge) => edge.child));

@@ -21,6 +21,7 @@ import { registerPreshard } from './preshard.js';
 import { registerPull } from './pull.js';
 import { registerPut } from './put.js';
 import { registerScheduler } from './scheduler.js';
+import { registerServe } from './serve.js';
 import { registerSim } from './sim.js';
 import { registerSynth } from './synth.js';
 import { registerVerify } from './verify.js';
@@ -41,4 +42,5 @@ export const COMMANDS: RegisterCommand[] = [
   registerSim,
   registerPut,
   registerDistribute,
+  registerServe,
 ];
