@@ -12,9 +12,8 @@
 import { get } from 'node:http';
 import { WeightcastError } from '../errors.js';
 import { httpUrl } from '../util/http-url.js';
+import { AGENT_PORT_DEFAULT } from './agent/defaults.js';
 
-/** The port `weightcast agent` listens on unless told otherwise. */
-export const AGENT_PORT_DEFAULT = 7100;
 /** How long the probe waits for an answer from 127.0.0.1. */
 const PROBE_TIMEOUT_MS = 500;
 const PROBE_BODY_BYTES_MAX = 4096;

@@ -1,9 +1,8 @@
 /** `weightcast pull SRC --to DIR`: a verified, resumable, memory-bounded download of a model. */
 
-import type { Command } from 'commander';
 import { isWeightcastError, type ErrorCode } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
-import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
+import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
 import {
   formatBytes,
   formatRate,
@@ -14,10 +13,10 @@ import {
 } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
+import { openSource, serviceUrlFlag } from './shared.js';
+import { SEED_READS_PER_NODE } from '../definitions/pull.js';
 import { agentPull, swarmPull, type AgentPlacement } from '../../swarm/swarm-pull.js';
-import { AGENT_PORT_DEFAULT, findLocalAgent } from '../../swarm/local-agent.js';
+import { findLocalAgent } from '../../swarm/local-agent.js';
 import { WeightcastError } from '../../errors.js';
 import { openSeedSource } from '../../seed/read/open.js';
 
@@ -30,7 +29,7 @@ const RESUMABLE_CODES = new Set<ErrorCode>([
   'PIECE_HASH_MISMATCH',
 ]);
 
-interface PullFlags {
+export interface PullFlags {
   to: string;
   manifest?: string;
   digest?: string;
@@ -50,48 +49,7 @@ interface PullFlags {
   seeds?: string;
 }
 
-/** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
-const SEED_READS_PER_NODE = 4;
 const SEED_READS_MAX = 64;
-
-export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  withTokenOption(program.command('pull'))
-    .description('Download a model with every piece verified; resumes where it stopped')
-    .argument('<src>', 'model directory, file:// or http(s):// URL')
-    .requiredOption('--to <dir>', 'destination directory')
-    .option('--manifest <file>', 'verify against this manifest (without it the origin is trusted)')
-    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option(
-      '--concurrency <n>',
-      `pieces fetched at once (default ${CONCURRENCY_DEFAULT}; with --seeds ${SEED_READS_PER_NODE} per seed node)`,
-    )
-    .option(
-      '--memory-mb <mb>',
-      'memory budget for pieces in flight',
-      String(MEMORY_BYTES_DEFAULT / 1024 / 1024),
-    )
-    .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
-    .option('--scheduler <url>', 'join the swarm of this scheduler (this pull serves peers while it runs)')
-    .option(
-      '--agent <url>',
-      `fetch through the swarm agent on this machine (default: $WEIGHTCAST_AGENT, else an agent on 127.0.0.1:${AGENT_PORT_DEFAULT} if one answers)`,
-    )
-    .option('--no-agent', 'do not look for a local agent: pull from the origin directly')
-    .option(
-      '--link',
-      "through an agent that already holds the model in its cache: hard-link its files instead of copying them (same file system; do not modify them then, they are the agent's too)",
-    )
-    .option(
-      '--seeds <url>',
-      "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
-    )
-    .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
-    .option('--advertise <url>', 'with --scheduler: the URL peers use to reach this pull')
-    .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
-    .option('--download-mbps <mbit/s>', 'with --scheduler: cap on what this pull receives')
-    .option('--json', 'JSON lines on stdout')
-    .action(async (src: string, flags: PullFlags) => setExitCode(await routePull(src, flags, io)));
-};
 
 /**
  * Which pull this is: in-process swarm (--scheduler), seed tier (--seeds), through an agent (--agent,
@@ -99,7 +57,7 @@ export const registerPull: RegisterCommand = (program: Command, io: CliIo, setEx
  * through a local agent when one is running, as dfget goes through dfdaemon; without a manifest it
  * cannot (peers are trusted only for bytes a manifest names) and says so.
  */
-async function routePull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
   if (flags.scheduler !== undefined || typeof flags.agent === 'string')
     return swarmPullCommand(src, flags, io);
   if (flags.agent === false || flags.seeds !== undefined) return pullCommand(src, flags, io);

@@ -1,17 +1,14 @@
 /** `weightcast scheduler --port P`: runs the swarm scheduler until Ctrl-C. */
 
-import type { Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
-import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { hedgeTailOption, parseHedgeTail, parseRingParents, ringParentsOption } from '../swarm-flags.js';
+import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
 import { CatalogStore } from '../../seed/catalog/store.js';
 import { catalogRoutes } from '../../seed/catalog/routes.js';
-import type { RegisterCommand } from './index.js';
 
-interface SchedulerFlags {
+export interface SchedulerFlags {
   port: string;
   host: string;
   originReaders: string;
@@ -25,41 +22,7 @@ interface SchedulerFlags {
   json?: boolean;
 }
 
-export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  const command = program
-    .command('scheduler')
-    .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
-    .option('--port <port>', 'port to listen on (0 = any)', '7000')
-    .option('--host <address>', 'address to listen on', '127.0.0.1')
-    .option(
-      '--origin-readers <k>',
-      'transfers allowed to read the origin at once',
-      String(SWARM_SERVICE_DEFAULTS.originReaders),
-    )
-    .option(
-      '--downloads <n>',
-      'pieces each host downloads at once',
-      String(SWARM_SERVICE_DEFAULTS.downloadsPerHost),
-    )
-    .option(
-      '--uploads <n>',
-      'pieces each host uploads at once',
-      String(SWARM_SERVICE_DEFAULTS.uploadsPerHost),
-    )
-    .option(
-      '--host-timeout-ms <ms>',
-      'drop an agent not heard from for this long',
-      String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
-    )
-    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
-  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
-  hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
-    .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
-    .option('--json', 'events as JSON lines on stdout')
-    .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
-};
-
-async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<number> {
+export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
   try {
     const port = Number(flags.port);

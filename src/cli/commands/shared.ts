@@ -3,7 +3,6 @@
 import { WeightcastError } from '../../errors.js';
 import { httpUrl } from '../../util/http-url.js';
 import { openOrigin } from '../../origin/open.js';
-import type { Command } from 'commander';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
 import type { Progress } from '../progress.js';
 
@@ -26,14 +25,6 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
         `weightcast: retrying ${info.path} in ${Math.round(info.delayMs)} ms (attempt ${info.attempt}): ${info.reason}`,
       ),
   });
-}
-
-/** The `--token` option every origin-reading command takes. */
-export function withTokenOption(command: Command): Command {
-  return command.option(
-    '--token <token>',
-    'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)',
-  );
 }
 
 /**
