@@ -4,7 +4,7 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { serviceUrlFlag } from './shared.js';
+import { serviceUrlFlag } from './service-url.js';
 import { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 

@@ -24,7 +24,7 @@ import {
 import { formatBytes, formatSeconds, parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import { serviceUrlFlag } from './shared.js';
+import { serviceUrlFlag } from './service-url.js';
 
 export interface DistributeFlags {
   scheduler: string;

@@ -22,7 +22,8 @@ import type { SliceFormat } from '../../loader/slice/outputs.js';
 import { formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import { openSource, serviceUrlFlag } from './shared.js';
+import { openSource } from './shared.js';
+import { serviceUrlFlag } from './service-url.js';
 
 const MiB = 1024 * 1024;
 /** Largest piece of a tensor the whole-model load handles at once. */

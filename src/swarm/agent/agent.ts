@@ -87,6 +87,7 @@ export interface JoinOptions {
 
 export interface ModelStatus {
   model: string;
+  fileCount: number;
   pieceCount: number;
   held: number;
   heldBytes: number;
@@ -250,6 +251,7 @@ export class Agent {
   private statusOf(entry: Joined): ModelStatus {
     return {
       model: entry.hex,
+      fileCount: entry.map.manifest.files.length,
       pieceCount: entry.map.pieceCount,
       held: entry.store.heldCount,
       heldBytes: entry.store.heldBytes,
