@@ -14,7 +14,6 @@
  * journaled pieces are hashed again before they count.
  */
 
-import { createHash } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -22,6 +21,7 @@ import { WeightcastError } from '../../errors.js';
 import { manifestDigest } from '../../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from '../../pull/journal.js';
 import type { PieceMap } from '../piece-map.js';
+import { verifyPiece } from '../../piece/verify.js';
 
 export interface PieceStoreOptions {
   dataDir: string;
@@ -146,8 +146,7 @@ export class PieceStore {
   /** Verifies `bytes` against the manifest and stores them; corrupt bytes are never written. */
   async put(piece: number, bytes: Uint8Array): Promise<PutResult> {
     const where = this.map.locate(piece);
-    if (bytes.length !== where.length) return 'corrupt';
-    if (createHash('sha256').update(bytes).digest('hex') !== where.digest) return 'corrupt';
+    if (!verifyPiece(bytes, where)) return 'corrupt';
     if (this.has(piece)) return 'duplicate';
     const running = this.writing.get(piece);
     if (running !== undefined) {
@@ -344,7 +343,7 @@ export class PieceStore {
     } catch {
       return false;
     }
-    return createHash('sha256').update(buffer).digest('hex') === where.digest;
+    return verifyPiece(buffer, where);
   }
 
   private async finishCompleteFiles(): Promise<void> {
