@@ -17,7 +17,7 @@ import { openSource, serviceUrlFlag } from './shared.js';
 import { SEED_READS_PER_NODE } from '../definitions/pull.js';
 import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
 import { WeightcastError } from '../../errors.js';
-import { openSeedSource } from '../../seed/read/open.js';
+import type * as SeedRead from '../../seed/read/open.js';
 
 /** Failures after which running the same pull again makes progress. */
 const RESUMABLE_CODES = new Set<ErrorCode>([
@@ -47,6 +47,14 @@ export interface PullFlags {
 }
 
 const SEED_READS_MAX = 64;
+
+/** `--seeds`: the seed tier's reader (and undici under it), loaded only when asked for. */
+async function openSeedSource(
+  ...args: Parameters<typeof SeedRead.openSeedSource>
+): ReturnType<typeof SeedRead.openSeedSource> {
+  const { openSeedSource } = await import('../../seed/read/open.js');
+  return openSeedSource(...args);
+}
 
 /** What `weightcast pull` runs: through the swarm with --scheduler or --agent, else from the origin. */
 export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
