@@ -59,12 +59,13 @@ try {
   const manifestPath = join(work, 'manifest.json');
   await writeManifest(manifestPath, manifest);
   let agentPid: number | undefined;
-  let firstPiece: { atMs: number; cpuMs: number } | undefined;
+  let pullPid: number | undefined;
+  let firstPiece: { atMs: number; cpuMs: number; pullCpuMs: number } | undefined;
   const origin = await startFileServer({
     root: modelDir,
     faults: (request) => {
       if (request.range !== undefined && firstPiece === undefined) {
-        firstPiece = { atMs: performance.now(), cpuMs: cpuMsOf(agentPid) };
+        firstPiece = { atMs: performance.now(), cpuMs: cpuMsOf(agentPid), pullCpuMs: cpuMsOf(pullPid) };
       }
       return undefined;
     },
@@ -85,27 +86,21 @@ try {
         const listening = performance.now() - launched;
         if (values.join === 'pull') {
           const to = join(work, `pulled-${run}`);
-          await runPull([
-            cli,
-            'pull',
-            origin.url,
-            '--to',
-            to,
-            '--manifest',
-            manifestPath,
-            '--agent',
-            agent.url,
-          ]);
+          await runPull(
+            [cli, 'pull', origin.url, '--to', to, '--manifest', manifestPath, '--agent', agent.url],
+            (pid) => (pullPid = pid),
+          );
         } else {
           await joinByApi(agent.url, origin.url, manifest, hex);
         }
         const completed = performance.now() - launched;
-        const first = firstPiece ?? { atMs: NaN, cpuMs: NaN };
+        const first = firstPiece ?? { atMs: NaN, cpuMs: NaN, pullCpuMs: NaN };
         rows.push([
           String(run + 1),
           ms(listening),
           ms(first.atMs - launched),
           ms(first.cpuMs),
+          ...(values.join === 'pull' ? [ms(first.pullCpuMs)] : []),
           ms(completed),
         ]);
       } finally {
@@ -120,14 +115,13 @@ try {
     const sorted = rows.map((row) => Number(row[column])).sort((a, b) => a - b);
     return ms(sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN);
   };
-  rows.push(['median', median(1), median(2), median(3), median(4)]);
+  const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
+  if (values.join === 'pull') header.push('pull CPU by then');
+  header.push('complete');
+  rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
   process.stdout.write(
     `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${values.join === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
-      textTable(
-        ['run', 'listening', 'first piece', 'agent CPU by then', 'complete'],
-        rows,
-        [1, 2, 3, 4],
-      ).join('\n') +
+      textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
       '\n',
   );
 } finally {
@@ -151,11 +145,12 @@ async function joinByApi(agentUrl: string, source: string, manifest: Manifest, h
 }
 
 /** Runs `node argv...` to its end (bounded in time); throws unless it exits with 0. */
-async function runPull(argv: readonly string[]): Promise<void> {
+async function runPull(argv: readonly string[], onSpawn: (pid: number | undefined) => void): Promise<void> {
   const child = spawn(process.execPath, argv, {
     stdio: ['ignore', 'ignore', 'pipe'],
     timeout: COMPLETE_TIMEOUT_MS,
   });
+  onSpawn(child.pid);
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
   const [code] = (await once(child, 'exit')) as [number | null];
