@@ -1,16 +1,19 @@
 /**
  * The CLI loads only what a command needs: help, and a command stopped by its own flags, read the
  * definitions in src/cli/definitions and never the implementations in src/cli/commands (the swarm,
- * the loader, the seed tier, zod, undici). Checked on the real process through a module-load hook,
- * by what is loaded rather than by how long it takes.
+ * the loader, the seed tier, zod, undici); a swarm agent starts without undici or the seed tier.
+ * Checked on the real process through a module-load hook, by what is loaded rather than by how long
+ * it takes.
  */
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
 import { tempDir } from '../helpers/fixtures.js';
 
@@ -32,17 +35,20 @@ async function importsOf(argv: readonly string[]): Promise<Edge[]> {
     await promisify(execFile)(process.execPath, ['--import', HOOK, BIN, ...argv], {
       env: { ...process.env, WEIGHTCAST_MODULE_LOG: log },
     }).catch((error: unknown) => error);
-    const text = await readFile(log, 'utf8');
-    return text
-      .split('\n')
-      .filter((line) => line.length > 0)
-      .map((line) => {
-        const [parent = '', child = ''] = line.split(' -> ');
-        return { parent, child };
-      });
+    return parseLog(await readFile(log, 'utf8'));
   } finally {
     await dir.cleanup();
   }
+}
+
+function parseLog(text: string): Edge[] {
+  return text
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line) => {
+      const [parent = '', child = ''] = line.split(' -> ');
+      return { parent, child };
+    });
 }
 
 function packageOf(url: string): string | undefined {
@@ -90,3 +96,53 @@ for (const argv of [
     );
   });
 }
+
+test('a swarm agent listens without loading undici or the seed tier', async () => {
+  const dir = await tempDir('lazy-load-agent');
+  try {
+    const log = join(dir.path, 'modules.log');
+    // Nothing needs the scheduler before a model is joined, so an address with no server will do.
+    const argv = [
+      'agent',
+      '--scheduler',
+      'http://127.0.0.1:9',
+      '--cache',
+      join(dir.path, 'cache'),
+      '--port',
+      '0',
+    ];
+    const child = spawn(process.execPath, ['--import', HOOK, BIN, ...argv], {
+      env: { ...process.env, WEIGHTCAST_MODULE_LOG: log },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = once(child, 'exit');
+    try {
+      const lines = createInterface({ input: child.stdout });
+      const listening = new Promise<void>((resolve) =>
+        lines.on('line', (line) => {
+          if (line.includes('listening on')) resolve();
+        }),
+      );
+      await Promise.race([
+        listening,
+        exited.then(() => assert.fail('the agent exited before it listened')),
+        new Promise((_, reject) =>
+          setTimeout(() => reject(new Error('no listening line in 15 s')), 15_000).unref(),
+        ),
+      ]);
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+    const loaded = parseLog(await readFile(log, 'utf8')).map((edge) => edge.child);
+    assert.ok(loaded.some((url) => sourcePath(url) === 'swarm/agent/agent.js'));
+    assert.deepEqual(
+      loaded.filter(
+        (url) => packageOf(url) === 'undici' || sourcePath(url)?.startsWith('seed/node/') === true,
+      ),
+      [],
+    );
+  } finally {
+    await dir.cleanup();
+  }
+});

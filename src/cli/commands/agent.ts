@@ -5,7 +5,7 @@ import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { serviceUrlFlag } from './service-url.js';
-import { SeedNode } from '../../seed/node/seed-node.js';
+import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
 export interface AgentFlags {
@@ -37,14 +37,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
-    const seed =
-      flags.role === 'seed'
-        ? await SeedNode.open({
-            dir: join(flags.cache, 'seed'),
-            ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
-            ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
-          })
-        : undefined;
+    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload) : undefined;
     const agent = await Agent.start({
       ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
@@ -71,6 +64,16 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
   } catch (error) {
     return reportError(io, error, json);
   }
+}
+
+/** `--role seed`: the seed tier's node, whose code a plain agent never loads. */
+async function openSeedNode(flags: AgentFlags, upload: number | undefined): Promise<SeedNode> {
+  const { SeedNode } = await import('../../seed/node/seed-node.js');
+  return SeedNode.open({
+    dir: join(flags.cache, 'seed'),
+    ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
+    ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
+  });
 }
 
 function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {

@@ -3,7 +3,7 @@
 import { isWeightcastError, type ErrorCode } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
-import { openSeedSource } from '../../seed/read/open.js';
+import type * as SeedRead from '../../seed/read/open.js';
 import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
 import { SEED_READS_PER_NODE } from '../definitions/pull.js';
 import { reportError, type CliIo } from '../io.js';
@@ -21,6 +21,14 @@ const RESUMABLE_CODES = new Set<ErrorCode>([
 ]);
 
 const SEED_READS_MAX = 64;
+
+/** `--seeds`: the seed tier's reader (and undici under it), loaded only when asked for. */
+async function openSeedSource(
+  ...args: Parameters<typeof SeedRead.openSeedSource>
+): ReturnType<typeof SeedRead.openSeedSource> {
+  const { openSeedSource } = await import('../../seed/read/open.js');
+  return openSeedSource(...args);
+}
 
 export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

@@ -5,8 +5,8 @@ import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
-import { CatalogStore } from '../../seed/catalog/store.js';
-import { catalogRoutes } from '../../seed/catalog/routes.js';
+import type { CatalogRoutes } from '../../seed/catalog/routes.js';
+import type { CatalogStore } from '../../seed/catalog/store.js';
 
 export interface SchedulerFlags {
   port: string;
@@ -29,9 +29,9 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
-    const catalog = flags.catalog === undefined ? undefined : await CatalogStore.open(flags.catalog);
+    const catalog = flags.catalog === undefined ? undefined : await openCatalog(flags.catalog);
     const scheduler = await startScheduler({
-      ...(catalog === undefined ? {} : { catalog: catalogRoutes(catalog) }),
+      ...(catalog === undefined ? {} : { catalog: catalog.routes }),
       host: flags.host,
       port,
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
@@ -52,9 +52,19 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
     });
     await serveUntilInterrupted(io, json, 'scheduler', { url: scheduler.url });
     await scheduler.close();
-    await catalog?.close();
+    await catalog?.store.close();
     return 0;
   } catch (error) {
     return reportError(io, error, json);
   }
+}
+
+/** `--catalog DIR`: the seed tier's catalog, whose code a scheduler without one never loads. */
+async function openCatalog(dir: string): Promise<{ store: CatalogStore; routes: CatalogRoutes }> {
+  const [{ CatalogStore }, { catalogRoutes }] = await Promise.all([
+    import('../../seed/catalog/store.js'),
+    import('../../seed/catalog/routes.js'),
+  ]);
+  const store = await CatalogStore.open(dir);
+  return { store, routes: catalogRoutes(store) };
 }
