@@ -15,7 +15,7 @@ import {
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
-import { JSON_BODY_BYTES_MAX, errorBodySchema } from './protocol.js';
+import { JSON_BODY_BYTES_MAX } from './limits.js';
 
 /** Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). */
 export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
@@ -156,9 +156,13 @@ export async function callJson(url: string, what: string, options: CallOptions):
     }
   }
   if (status >= 200 && status < 300) return parsed;
-  const error = errorBodySchema.safeParse(parsed);
-  if (error.success && KNOWN_CODES.has(error.data.code)) {
-    throw remoteError(error.data, what, { url, status });
+  // Checked by hand, not with the message schemas: a pull through an agent loads this module, and
+  // the schema library cost it more to load than everything else it runs.
+  const body = parsed as { code?: unknown; message?: unknown } | null | undefined;
+  const code = body?.code;
+  const message = body?.message;
+  if (typeof code === 'string' && typeof message === 'string' && KNOWN_CODES.has(code)) {
+    throw remoteError({ code, message }, what, { url, status });
   }
   throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${status}`, { url, status });
 }
