@@ -43,11 +43,41 @@ export interface AgentPullOptions {
   place?: 'copy' | 'link';
   /** The agent could not write into the destination itself; the pull copies the files out instead. */
   onDestinationRefused?: (reason: string) => void;
+  /** How long to keep asking an agent that refuses connections (still starting). Default 10 s. */
+  agentStartWaitMs?: number;
 }
 
 /** How the files reached the destination. */
 export type AgentPlacement =
   { how: 'direct' } | { how: 'placed'; result: PlaceResult } | { how: 'verified-copy'; result: PullResult };
+
+/**
+ * How long a pull waits for an agent that does not answer yet: one started at the same moment (a
+ * node's boot, a job that starts both) takes a few hundred ms to listen.
+ */
+const AGENT_START_WAIT_MS = 10_000;
+const AGENT_START_RETRY_MS = 50;
+
+/**
+ * Runs `call` again while the agent does not answer (connection refused: it is still starting), up
+ * to `waitMs`; any answer, or any other error, ends the wait.
+ */
+async function whileAgentStarts<T>(
+  call: () => Promise<T>,
+  waitMs: number,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  const deadline = performance.now() + waitMs;
+  for (let delay = AGENT_START_RETRY_MS; ; delay = Math.min(500, delay * 2)) {
+    try {
+      return await call();
+    } catch (error) {
+      const unreachable = isWeightcastError(error) && error.code === 'SCHEDULER_UNREACHABLE';
+      if (!unreachable || performance.now() + delay > deadline || signal?.aborted === true) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+}
 
 /** How often a pull through an agent hears of its progress while the agent fills the model. */
 const PROGRESS_PERIOD_MS = 500;
@@ -100,7 +130,11 @@ export async function agentPull(
     });
   let joined: ModelStatus;
   try {
-    joined = await join(true);
+    joined = await whileAgentStarts(
+      () => join(true),
+      options.agentStartWaitMs ?? AGENT_START_WAIT_MS,
+      options.signal,
+    );
   } catch (error) {
     // An agent that may not write into the destination (another user's, or read-only to it) can
     // still fetch the model into its cache; the copy out happens here, as this process's user.

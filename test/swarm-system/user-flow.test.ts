@@ -182,6 +182,27 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
     });
   });
 
+  it('waits for an agent that is still starting', async () => {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const dest = join(work.path, 'dest-late');
+    const pulling = pullCli(
+      [origin.url, '--to', dest, '--manifest', manifestPath, '--agent', `http://127.0.0.1:${port}`],
+      {},
+    );
+    await sleep(700);
+    const agent = await Agent.start({ schedulerUrl: scheduler.url, cacheDir: join(work.path, 'late'), port });
+    try {
+      const { last } = await pulling;
+      assert.equal(last['placed'], 'direct');
+      assert.ok(await sameFiles(modelDir, dest, paths));
+    } finally {
+      await agent.close();
+    }
+  });
+
   it('pulls from the origin itself with WEIGHTCAST_AGENT=off or --no-agent, and without a manifest', async () => {
     await withAgent('skipped', async (agent) => {
       const off = await pullCli(
