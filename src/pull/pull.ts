@@ -34,7 +34,7 @@ import { merkleRoot } from '../manifest/merkle.js';
 import type { Origin } from '../origin/origin.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
-import { JournalWriter, bootId, readJournal, type JournalRecord } from './journal.js';
+import { JournalWriter, bootId, readJournal, type JournalRecord } from '../piece/journal.js';
 
 export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const PIECE_RETRIES_DEFAULT = 3;

@@ -8,7 +8,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
 import type { Manifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { applyDistribute, CRASH_STEPS, type ApplyEvent, type CrashStep } from '../../seed/apply/apply.js';
 import { tierFileHashes, type FileHash } from '../../seed/apply/hashes.js';
 import { MoveJournal } from '../../seed/apply/journal.js';

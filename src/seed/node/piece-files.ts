@@ -21,7 +21,7 @@ import { mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:f
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { syncDirectory, writeDurably } from '../catalog/store.js';
 import { pieceDigest, verifyPiece } from '../../piece/verify.js';
 

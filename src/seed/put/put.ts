@@ -13,7 +13,7 @@
 import { WeightcastError, throwIfAborted } from '../../errors.js';
 import { manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import type { Origin } from '../../origin/origin.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { CatalogClient } from '../catalog/client.js';
 import { pieceSizes } from '../catalog/store.js';
 import { Semaphore, runPool } from '../limits.js';

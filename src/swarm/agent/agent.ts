@@ -31,12 +31,12 @@ import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '..
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
 import { Throttle } from '../../util/throttle.js';
-import { PieceMap } from '../piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
 import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { OpeningStore, type MemberStore } from './member-store.js';
-import { PieceStore, type PieceStoreOptions } from './piece-store.js';
+import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 
 export interface AgentOptions {
   schedulerUrl: string;

@@ -17,7 +17,7 @@ import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
 import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
-import type { PieceMap } from '../piece-map.js';
+import type { PieceMap } from '../../piece/piece-map.js';
 import {
   decodeBitfield,
   encodeBitfield,

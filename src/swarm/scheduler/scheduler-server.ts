@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
 import { listenOn, readJsonBody, sendError, sendJson, statusOf } from '../wire/http-json.js';
 import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';

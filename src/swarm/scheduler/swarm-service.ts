@@ -8,7 +8,7 @@
 
 import { WeightcastError } from '../../errors.js';
 import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
-import type { PieceMap } from '../piece-map.js';
+import type { PieceMap } from '../../piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
 import {
   decodeBitfield,

@@ -5,7 +5,7 @@
  * journal says it was verified, so a peer can never make this host store or serve a wrong byte.
  *
  * Layout: files live under `dataDir` at their model paths (sparse until filled); `stateDir` holds
- * `journal` (one line per verified piece, see pull/journal.ts) and `store.json` (which model, which
+ * `journal` (one line per verified piece, see journal.ts) and `store.json` (which model, which
  * boot). With `finalDir` (a pull's destination) a file is synced and renamed from `dataDir` into
  * `finalDir` once every piece of it is verified, so a file under its final name is always complete;
  * its open handle keeps serving peers after the rename. Without it nothing is synced (see finishFile).
@@ -17,11 +17,11 @@
 import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { WeightcastError } from '../../errors.js';
-import { manifestDigest } from '../../manifest/manifest.js';
-import { JournalWriter, bootId, readJournal } from '../../pull/journal.js';
-import type { PieceMap } from '../piece-map.js';
-import { verifyPiece } from '../../piece/verify.js';
+import { WeightcastError } from '../errors.js';
+import { manifestDigest } from '../manifest/manifest.js';
+import { JournalWriter, bootId, readJournal } from './journal.js';
+import type { PieceMap } from './piece-map.js';
+import { verifyPiece } from './verify.js';
 
 export interface PieceStoreOptions {
   dataDir: string;
