@@ -58,6 +58,8 @@ export interface MemberOptions {
   downloadThrottle: Throttle;
   /** Pieces fetched at once (assignments beyond it wait). Default 8. */
   downloadsMax?: number;
+  /** A scheduler that sends nothing on the channel for this long is lost. Default 10 000 ms. */
+  schedulerSilenceMs?: number;
   /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
   peerIdleTimeoutMs?: number;
   /**
@@ -103,6 +105,12 @@ export interface MemberStats {
 const REGISTER_RETRY_MS = 500;
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
 const HEARTBEAT_MS = 2000;
+/**
+ * A scheduler that sends nothing for this long (it answers every heartbeat) is lost: stopped, hung
+ * or cut off behind a socket that still looks open. The member carries on with its peers and the
+ * origin and registers again. Default for MemberOptions.schedulerSilenceMs.
+ */
+export const SCHEDULER_SILENCE_MS_DEFAULT = 10_000;
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 /**
@@ -300,9 +308,12 @@ export class SwarmMember {
     socket.setNoDelay(true);
     const reader = new FrameReader();
     let heartbeat: ReturnType<typeof setInterval> | undefined;
+    let heardMs = performance.now();
+    const silenceMs = this.options.schedulerSilenceMs ?? SCHEDULER_SILENCE_MS_DEFAULT;
     try {
       await new Promise<void>((resolve, reject) => {
         const onData = (chunk: Buffer): void => {
+          heardMs = performance.now();
           try {
             for (const frame of reader.push(chunk)) {
               const error = frameError(frame, 'the scheduler');
@@ -332,7 +343,22 @@ export class SwarmMember {
           reject(new WeightcastError('SCHEDULER_UNREACHABLE', 'the sync channel to the scheduler closed'));
         });
         this.channel = socket;
-        heartbeat = setInterval(() => this.send(true), HEARTBEAT_MS);
+        heartbeat = setInterval(
+          () => {
+            if (performance.now() - heardMs > silenceMs) {
+              reject(
+                new WeightcastError(
+                  'SCHEDULER_UNREACHABLE',
+                  `the scheduler sent nothing for ${Math.round(silenceMs / 1000)} s`,
+                ),
+              );
+              socket.destroy();
+              return;
+            }
+            this.send(true);
+          },
+          Math.min(HEARTBEAT_MS, silenceMs / 2),
+        );
         if (head.length > 0) onData(head);
         // Reports held while there was no channel go out now; an empty sync if there are none.
         this.send(true);

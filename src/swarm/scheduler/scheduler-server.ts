@@ -41,6 +41,18 @@ export interface SchedulerServer {
 }
 
 const TICK_MS = 100;
+/** The answer to a heartbeat sync when nothing else is waiting for the host. */
+const HEARTBEAT_REPLY = encodeFrame({ assignments: [], cancellations: [], peers: [] });
+
+function isHeartbeat(message: {
+  reports: readonly unknown[];
+  ending?: readonly unknown[] | undefined;
+  urgent?: readonly unknown[] | undefined;
+}): boolean {
+  return (
+    message.reports.length === 0 && (message.ending?.length ?? 0) === 0 && (message.urgent?.length ?? 0) === 0
+  );
+}
 
 export async function startScheduler(options: SchedulerOptions = {}): Promise<SchedulerServer> {
   const serviceOptions: SwarmServiceOptions = {
@@ -239,8 +251,11 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       try {
         for (const frame of reader.push(chunk)) {
           if (stale()) return;
-          swarm.sync(now(), host, parseMessage(syncSchema, frame, 'sync'));
+          const message = parseMessage(syncSchema, frame, 'sync');
+          swarm.sync(now(), host, message);
           if (swarm.hasReply(host)) socket.write(encodeFrame(swarm.takeReply(host)));
+          // A heartbeat is answered, so an agent can tell a silent scheduler from an idle one.
+          else if (isHeartbeat(message)) socket.write(HEARTBEAT_REPLY);
         }
       } catch (error) {
         fail(error);

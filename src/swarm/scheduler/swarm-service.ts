@@ -180,7 +180,9 @@ export class SwarmService {
   /** Drives the core's own timers and drops hosts that went silent; returns when to call again. */
   tick(nowMs: number): number | undefined {
     for (const entry of [...this.hosts.values()]) {
-      if (nowMs - entry.lastSeenMs > this.options.hostTimeoutMs && entry.wake === undefined) {
+      // An open channel is no proof of life: a host syncs at least every heartbeat, so one that has
+      // said nothing for the timeout is gone (stopped, cut off) even if its socket still looks open.
+      if (nowMs - entry.lastSeenMs > this.options.hostTimeoutMs) {
         this.drop(nowMs, entry.id);
       }
     }

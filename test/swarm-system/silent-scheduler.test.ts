@@ -1,0 +1,147 @@
+/**
+ * Liveness both ways on the sync channel (issue 16, finding 4): a scheduler that stops answering
+ * (SIGSTOP: its sockets stay open) is noticed by the agent within its silence limit, which then
+ * carries on alone and registers again once the scheduler answers; the scheduler answers an idle
+ * agent's heartbeats, and drops a host that went silent even though its channel is open.
+ */
+
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
+import { PieceStore } from '../../src/piece/store.js';
+import { SwarmMember, type MemberEvent } from '../../src/swarm/agent/member.js';
+import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
+import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
+import { SwarmService } from '../../src/swarm/scheduler/swarm-service.js';
+import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import { FrameReader, encodeFrame, openChannel } from '../../src/swarm/wire/sync-channel.js';
+import { Throttle } from '../../src/util/throttle.js';
+import { CLI, startProcess, stopProcess } from '../../scripts/cluster.js';
+import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { buildManifest } from '../../src/manifest/build.js';
+import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
+
+async function until(check: () => boolean, ms: number): Promise<boolean> {
+  for (const deadline = performance.now() + ms; performance.now() < deadline;) {
+    if (check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return check();
+}
+
+describe('a silent scheduler', { timeout: 60_000 }, () => {
+  it('is lost after the silence limit, and joined again when it answers', async () => {
+    const scheduler = await startProcess(
+      [CLI, 'scheduler', '--port', '0'],
+      /listening on (http:\/\/\S+)/,
+      'scheduler',
+    );
+    const dir = await tempDir('silent-scheduler');
+    // A member that holds the whole model (a seed): nothing to fetch, only the channel to keep.
+    const modelDir = join(dir.path, 'model');
+    await writeSmallModel(modelDir);
+    const origin = new LocalOrigin(modelDir);
+    const manifest = await buildManifest(origin, { pieceSize: 64 * 1024 });
+    const map = new PieceMap(manifest);
+    const store = await PieceStore.open(map, {
+      dataDir: join(dir.path, 'partial'),
+      stateDir: join(dir.path, 'state'),
+      finalDir: modelDir,
+    });
+    assert.equal(store.complete, true);
+    const events: MemberEvent[] = [];
+    const member = new SwarmMember({
+      model: manifestDigest(manifest).slice('sha256:'.length),
+      map,
+      manifestBytes: encodeManifest(manifest),
+      store,
+      origin,
+      schedulerUrl: scheduler.url,
+      identity: {
+        name: 'a',
+        url: 'http://127.0.0.1:9/',
+        uploadBytesPerSecond: 1e8,
+        downloadBytesPerSecond: 1e8,
+      },
+      downloadThrottle: new Throttle(undefined),
+      schedulerSilenceMs: 1000,
+      onEvent: (event) => {
+        if (event.type !== 'piece') events.push(event);
+      },
+    });
+    try {
+      member.start();
+      const registrations = (): number => events.filter((event) => event.type === 'registered').length;
+      assert.ok(await until(() => registrations() === 1, 10_000), 'the member did not register');
+      // Idle, the channel stays up: the scheduler answers heartbeats.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      assert.equal(events.filter((event) => event.type === 'scheduler-lost').length, 0, 'lost while idle');
+      scheduler.child.kill('SIGSTOP');
+      const lost = (): MemberEvent | undefined => events.find((event) => event.type === 'scheduler-lost');
+      assert.ok(await until(() => lost() !== undefined, 4000), 'a stopped scheduler was not noticed');
+      assert.match((lost() as { reason: string }).reason, /sent nothing for 1 s/);
+      scheduler.child.kill('SIGCONT');
+      assert.ok(await until(() => registrations() >= 2, 15_000), 'the member did not register again');
+    } finally {
+      scheduler.child.kill('SIGCONT');
+      await member.close();
+      await store.close();
+      await origin.close();
+      await stopProcess(scheduler);
+      await dir.cleanup();
+    }
+  });
+});
+
+describe('the scheduler side', () => {
+  it('answers a heartbeat sync when it has nothing else to say', async () => {
+    const scheduler = await startScheduler();
+    try {
+      const manifest = fakeManifest(4);
+      const base = `${scheduler.url}/v1/swarms/${manifestDigest(manifest).slice('sha256:'.length)}`;
+      const registered = (await registerBareHost(base, manifest, { name: 'idle' })) as { host: number };
+      const { socket, head } = await openChannel(
+        `${base}/hosts/${registered.host}/channel`,
+        AbortSignal.timeout(5000),
+      );
+      const reader = new FrameReader();
+      const frames: unknown[] = [...reader.push(head)];
+      socket.on('data', (chunk: Buffer) => frames.push(...reader.push(chunk)));
+      await until(() => false, 300);
+      const before = frames.length;
+      socket.write(encodeFrame({ reports: [], waitMs: 0 }));
+      assert.ok(await until(() => frames.length > before, 2000), 'no answer to a heartbeat');
+      assert.deepEqual(frames.at(-1), { assignments: [], cancellations: [], peers: [] });
+      socket.destroy();
+    } finally {
+      await scheduler.close();
+    }
+  });
+
+  it('drops a host that said nothing for the host timeout, even with its channel open', () => {
+    const manifest = fakeManifest(4);
+    const service = new SwarmService(
+      manifestDigest(manifest).slice('sha256:'.length),
+      new PieceMap(manifest),
+      {
+        ...SWARM_SERVICE_DEFAULTS,
+        hostTimeoutMs: 1000,
+      },
+    );
+    const { host } = service.register(0, {
+      name: 'quiet',
+      url: 'http://127.0.0.1:9/',
+      uploadBytesPerSecond: 1e8,
+      downloadBytesPerSecond: 1e8,
+      have: encodeBitfield(4, () => false),
+    });
+    service.park(host, () => undefined);
+    service.tick(500);
+    assert.notEqual(service.registrationOf(host), undefined, 'dropped too early');
+    service.tick(1500);
+    assert.equal(service.registrationOf(host), undefined, 'a parked but silent host was kept');
+  });
+});
