@@ -1,90 +1,377 @@
 /**
- * The one error type of weightcast. Every failure a user can meet carries a stable `code`
- * (documented in ARCHITECTURE.md); callers match on codes, never on message text. Wrapped causes go
+ * The one error type of weightcast. Every failure a user can meet carries a stable `code` (the
+ * catalogue below, shown in the README's error table); callers match on codes, never on message text. Wrapped causes go
  * in `cause`. A broken invariant in our own code is not a WeightcastError: it is an assertion.
  */
 
-export type ErrorCode =
+/**
+ * Every error a user can meet, as data: its HTTP status when a service answers with it, the CLI's
+ * exit code (1: the job failed; 2: bad usage or bad input), whether running the same command again
+ * makes progress (resumable), whether a peer or service may send it to us (remote: any other code
+ * from the wire is a protocol error), and the one-line summary the README's error table shows (a
+ * test keeps the two equal). The code type, the status tables, the exit classes and the resumable
+ * set all derive from this one table.
+ */
+export interface ErrorEntry {
+  status: number;
+  exit: 1 | 2;
+  resumable?: true;
+  remote?: true;
+  summary: string;
+}
+
+export const ERROR_CATALOGUE = {
   // safetensors format (src/format)
-  | 'SAFETENSORS_HEADER_TOO_SMALL'
-  | 'SAFETENSORS_HEADER_TOO_LARGE'
-  | 'SAFETENSORS_INVALID_HEADER_LENGTH'
-  | 'SAFETENSORS_INVALID_UTF8'
-  | 'SAFETENSORS_INVALID_HEADER_START'
-  | 'SAFETENSORS_INVALID_JSON'
-  | 'SAFETENSORS_INVALID_TENSOR_INFO'
-  | 'SAFETENSORS_INVALID_METADATA'
-  | 'SAFETENSORS_UNKNOWN_DTYPE'
-  | 'SAFETENSORS_DUPLICATE_TENSOR'
-  | 'SAFETENSORS_INVALID_OFFSET'
-  | 'SAFETENSORS_OVERFLOW'
-  | 'SAFETENSORS_TENSOR_SIZE_MISMATCH'
-  | 'SAFETENSORS_MISALIGNED_SLICE'
-  | 'SAFETENSORS_INCOMPLETE_BUFFER'
-  | 'SAFETENSORS_TRUNCATED'
-  | 'SAFETENSORS_WRITE_MISMATCH'
-  | 'INDEX_INVALID'
+  SAFETENSORS_HEADER_TOO_SMALL: {
+    status: 500,
+    exit: 2,
+    summary: 'the file is shorter than the 8-byte length prefix',
+  },
+  SAFETENSORS_HEADER_TOO_LARGE: {
+    status: 500,
+    exit: 2,
+    summary: 'the header length exceeds 100,000,000 bytes',
+  },
+  SAFETENSORS_INVALID_HEADER_LENGTH: {
+    status: 500,
+    exit: 2,
+    summary: 'the header length runs past the end of the file',
+  },
+  SAFETENSORS_INVALID_UTF8: { status: 500, exit: 2, summary: 'the header is not UTF-8' },
+  SAFETENSORS_INVALID_HEADER_START: { status: 500, exit: 2, summary: 'the header does not start with `{`' },
+  SAFETENSORS_INVALID_JSON: { status: 500, exit: 2, summary: 'the header is not valid JSON' },
+  SAFETENSORS_INVALID_TENSOR_INFO: {
+    status: 500,
+    exit: 2,
+    summary: 'a tensor entry lacks or misformats dtype, shape or data_offsets',
+  },
+  SAFETENSORS_INVALID_METADATA: { status: 500, exit: 2, summary: '`__metadata__` is not a map of strings' },
+  SAFETENSORS_UNKNOWN_DTYPE: { status: 500, exit: 2, summary: 'a dtype the format does not define' },
+  SAFETENSORS_DUPLICATE_TENSOR: { status: 500, exit: 2, summary: 'a tensor name appears twice' },
+  SAFETENSORS_INVALID_OFFSET: {
+    status: 500,
+    exit: 2,
+    summary: 'offsets out of order, overlapping, leaving gaps, or begin > end',
+  },
+  SAFETENSORS_OVERFLOW: { status: 500, exit: 2, summary: 'element or byte counts overflow' },
+  SAFETENSORS_TENSOR_SIZE_MISMATCH: {
+    status: 500,
+    exit: 2,
+    summary: "a tensor's byte range does not equal elements x dtype width",
+  },
+  SAFETENSORS_MISALIGNED_SLICE: {
+    status: 500,
+    exit: 2,
+    summary: 'sub-byte elements that do not fill whole bytes',
+  },
+  SAFETENSORS_INCOMPLETE_BUFFER: { status: 500, exit: 2, summary: 'bytes after the last tensor' },
+  SAFETENSORS_TRUNCATED: {
+    status: 500,
+    exit: 2,
+    summary: 'the file ends before the data the header describes',
+  },
+  SAFETENSORS_WRITE_MISMATCH: {
+    status: 500,
+    exit: 2,
+    summary: 'the writer was given more or fewer bytes than its header declares',
+  },
+  INDEX_INVALID: {
+    status: 500,
+    exit: 2,
+    summary: '`model.safetensors.index.json` is malformed or names an unsafe shard path',
+  },
   // manifests (src/manifest)
-  | 'MANIFEST_INVALID'
-  | 'MANIFEST_UNSAFE_PATH'
-  | 'MANIFEST_SIZE_MISMATCH'
-  | 'MANIFEST_DIGEST_MISMATCH'
-  | 'MANIFEST_TOO_LARGE'
+  MANIFEST_INVALID: {
+    status: 400,
+    exit: 2,
+    remote: true,
+    summary: 'a manifest that is not valid (schema, duplicate paths, piece size)',
+  },
+  MANIFEST_UNSAFE_PATH: {
+    status: 400,
+    exit: 2,
+    remote: true,
+    summary: 'a path that could escape the model directory (`..`, absolute, NUL, ...)',
+  },
+  MANIFEST_SIZE_MISMATCH: {
+    status: 400,
+    exit: 2,
+    remote: true,
+    summary: 'sizes, piece counts or tensor ranges that do not add up',
+  },
+  MANIFEST_DIGEST_MISMATCH: {
+    status: 400,
+    exit: 2,
+    remote: true,
+    summary: 'a Merkle root or manifest digest that does not match',
+  },
+  MANIFEST_TOO_LARGE: {
+    status: 413,
+    exit: 2,
+    remote: true,
+    summary: 'a manifest or model beyond the limits',
+  },
   // origins (src/origin)
-  | 'ORIGIN_UNSUPPORTED'
-  | 'ORIGIN_NOT_FOUND'
-  | 'ORIGIN_HTTP_STATUS'
-  | 'ORIGIN_RETRIES_EXHAUSTED'
-  | 'ORIGIN_TIMEOUT'
-  | 'ORIGIN_SHORT_READ'
-  | 'ORIGIN_RANGE_UNSUPPORTED'
-  | 'ORIGIN_TOO_MANY_REDIRECTS'
-  | 'ORIGIN_NO_LISTING'
-  | 'ORIGIN_IO'
+  ORIGIN_UNSUPPORTED: {
+    status: 500,
+    exit: 2,
+    summary: 'a source that is not a path, `file://`, `http://` or `https://`',
+  },
+  ORIGIN_NOT_FOUND: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'the file does not exist at the origin (404)',
+  },
+  ORIGIN_HTTP_STATUS: { status: 500, exit: 1, summary: 'an HTTP status that is not retried (403, ...)' },
+  ORIGIN_RETRIES_EXHAUSTED: {
+    status: 500,
+    exit: 1,
+    resumable: true,
+    summary: 'retries (5xx, 429, timeouts, resets) ran out; the last cause is attached',
+  },
+  ORIGIN_TIMEOUT: { status: 500, exit: 1, resumable: true, summary: 'connect, headers or body idle timeout' },
+  ORIGIN_SHORT_READ: { status: 500, exit: 1, resumable: true, summary: 'fewer bytes than asked' },
+  ORIGIN_RANGE_UNSUPPORTED: {
+    status: 500,
+    exit: 1,
+    summary: 'the server ignored or mangled the `Range` request',
+  },
+  ORIGIN_TOO_MANY_REDIRECTS: { status: 500, exit: 1, summary: 'more than 5 redirects' },
+  ORIGIN_NO_LISTING: {
+    status: 500,
+    exit: 1,
+    summary: 'an HTTP origin with neither index nor `model.safetensors`: pass `--manifest`',
+  },
+  ORIGIN_IO: { status: 500, exit: 1, summary: 'a local origin could not be read' },
   // integrity and transfer (src/pull, src/verify)
-  | 'PIECE_HASH_MISMATCH'
-  | 'PULL_DESTINATION_CONFLICT'
+  PIECE_HASH_MISMATCH: {
+    status: 500,
+    exit: 1,
+    resumable: true,
+    summary: 'the origin kept sending bytes that fail verification; nothing was written',
+  },
+  PULL_DESTINATION_CONFLICT: {
+    status: 500,
+    exit: 2,
+    remote: true,
+    summary: 'a directory stands where the model has a file',
+  },
   // the swarm (src/swarm)
-  | 'SWARM_PROTOCOL'
-  | 'SWARM_UNKNOWN_MODEL'
-  | 'SWARM_UNKNOWN_HOST'
-  | 'SWARM_BUSY'
-  | 'SWARM_PIECE_NOT_HELD'
-  | 'SWARM_NEEDS_MANIFEST'
-  | 'SCHEDULER_UNREACHABLE'
+  SWARM_PROTOCOL: {
+    status: 400,
+    exit: 1,
+    remote: true,
+    summary: 'a malformed message between agents and the scheduler',
+  },
+  SWARM_UNKNOWN_MODEL: {
+    status: 409,
+    exit: 1,
+    remote: true,
+    summary: 'the scheduler (or agent) has no swarm for that model yet',
+  },
+  SWARM_UNKNOWN_HOST: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'the scheduler forgot this agent (restart, timeout): it registers again',
+  },
+  SWARM_BUSY: {
+    status: 503,
+    exit: 1,
+    remote: true,
+    summary: "an agent's upload slots or local reads are full (HTTP 503 with `Retry-After`)",
+  },
+  SWARM_PIECE_NOT_HELD: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'a peer asked for bytes this agent has not verified',
+  },
+  SWARM_NEEDS_MANIFEST: {
+    status: 500,
+    exit: 2,
+    remote: true,
+    summary: 'a swarm pull was asked for without `--manifest`',
+  },
+  SCHEDULER_UNREACHABLE: { status: 500, exit: 1, summary: 'the scheduler (or agent API) did not answer' },
   // loader (src/loader)
-  | 'PLAN_INVALID_OPTIONS'
-  | 'PLAN_UNSUPPORTED_MODEL'
-  | 'PLAN_UNKNOWN_TENSOR'
-  | 'PLAN_SHAPE_MISMATCH'
-  | 'PLAN_INDIVISIBLE'
-  | 'PLAN_BLOCK_MISALIGNED'
-  | 'PLAN_MANIFEST_INVALID'
-  | 'PLAN_MANIFEST_DIGEST_MISMATCH'
-  | 'PLAN_SLICE_HASH_MISMATCH'
-  | 'LOADER_TENSOR_TOO_LARGE'
-  | 'LOADER_INVALID_REQUEST'
-  | 'PRESHARD_UNSUPPORTED'
-  | 'PRESHARD_DESTINATION_CONFLICT'
+  PLAN_INVALID_OPTIONS: {
+    status: 500,
+    exit: 2,
+    summary: 'parallelism options a plan cannot honour (`--tp`, `--pp`, `--ep`, `--weights`, `--rank`)',
+  },
+  PLAN_UNSUPPORTED_MODEL: {
+    status: 500,
+    exit: 2,
+    summary: 'a `config.json` that is missing, unreadable or of an architecture plans do not know',
+  },
+  PLAN_UNKNOWN_TENSOR: {
+    status: 500,
+    exit: 2,
+    summary: 'tensors no parallelism rule covers (listed; `--replicate-unknown` replicates them instead)',
+  },
+  PLAN_SHAPE_MISMATCH: {
+    status: 500,
+    exit: 2,
+    summary: "a tensor's shape disagrees with the config (heads, head size, block scales)",
+  },
+  PLAN_INDIVISIBLE: {
+    status: 500,
+    exit: 2,
+    summary: 'an even split that does not divide (heads, rows, vocab), or weights that leave a rank nothing',
+  },
+  PLAN_BLOCK_MISALIGNED: {
+    status: 500,
+    exit: 2,
+    summary: 'a slice of an FP8 block-quantised weight that does not start and end on a 128 block',
+  },
+  PLAN_MANIFEST_INVALID: {
+    status: 500,
+    exit: 2,
+    summary: 'a plan manifest that is not valid (schema, slices outside their tensors, byte counts)',
+  },
+  PLAN_MANIFEST_DIGEST_MISMATCH: {
+    status: 500,
+    exit: 2,
+    summary: 'a plan manifest whose SHA-256 is not the one expected',
+  },
+  PLAN_SLICE_HASH_MISMATCH: {
+    status: 500,
+    exit: 1,
+    summary: "a slice's bytes do not match the SHA-256 its plan manifest records",
+  },
+  LOADER_TENSOR_TOO_LARGE: {
+    status: 500,
+    exit: 2,
+    summary:
+      "a tensor (with the pieces around it) does not fit the loader's memory budget: raise `--memory-mb`",
+  },
+  LOADER_INVALID_REQUEST: {
+    status: 500,
+    exit: 2,
+    summary:
+      'a load request names a file or tensor the model lacks, or byte ranges that overlap or leave the file',
+  },
+  PRESHARD_UNSUPPORTED: {
+    status: 500,
+    exit: 2,
+    summary:
+      'a pre-shard layout or quantisation the checkpoint cannot take (`--layout vllm` on a non-Llama/Qwen2 model, fusing parts that are already FP8 or of different dtypes)',
+  },
+  PRESHARD_DESTINATION_CONFLICT: {
+    status: 500,
+    exit: 2,
+    summary: '`preshard --to` names a non-empty directory that is not an earlier pre-shard output',
+  },
   // seed tier (src/seed)
-  | 'SEED_PLAN_INVALID'
-  | 'SEED_PLACEMENT_IMPOSSIBLE'
-  | 'SEED_NO_CATALOG'
-  | 'SEED_CATALOG_CORRUPT'
-  | 'SEED_CATALOG_CONFLICT'
-  | 'SEED_UNKNOWN_MODEL'
-  | 'SEED_UNKNOWN_NODE'
-  | 'SEED_PIECE_NOT_HELD'
-  | 'SEED_VERIFY_FAILED'
-  | 'SEED_NODE_UNREACHABLE'
-  | 'SEED_APPLY_LOCKED'
-  | 'SEED_APPLY_FAILED'
+  SEED_PLAN_INVALID: {
+    status: 422,
+    exit: 2,
+    remote: true,
+    summary: 'a malformed catalog snapshot or `distribute` option, or a move the catalog would refuse',
+  },
+  SEED_PLACEMENT_IMPOSSIBLE: {
+    status: 500,
+    exit: 2,
+    remote: true,
+    summary: 'more copies per piece than usable seed nodes, or `--nodes` above the active count',
+  },
+  SEED_NO_CATALOG: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'the scheduler was started without `--catalog DIR`',
+  },
+  SEED_CATALOG_CORRUPT: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary: "the catalog's snapshot file cannot be read",
+  },
+  SEED_CATALOG_CONFLICT: {
+    status: 409,
+    exit: 1,
+    remote: true,
+    summary: 'a model is already in the catalog with another placement',
+  },
+  SEED_UNKNOWN_MODEL: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'the catalog or seed node has no such model (`put` it first)',
+  },
+  SEED_UNKNOWN_NODE: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'a placement names a node that never registered with the catalog',
+  },
+  SEED_PIECE_NOT_HELD: {
+    status: 404,
+    exit: 1,
+    remote: true,
+    summary: 'a seed node was asked for a piece it does not hold',
+  },
+  SEED_VERIFY_FAILED: {
+    status: 422,
+    exit: 1,
+    remote: true,
+    summary: 'bytes sent to or stored on a seed node do not match the manifest; nothing was stored',
+  },
+  SEED_NODE_UNREACHABLE: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary: 'a seed node (or the catalog) did not answer',
+  },
+  SEED_APPLY_LOCKED: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary: 'another `distribute --apply` of the same model is running on this machine',
+  },
+  SEED_APPLY_FAILED: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary: 'some moves failed (not committed, old copies kept) or the read-back hashes differ',
+  },
   // everything else
-  | 'SYNTH_INVALID_OPTIONS'
-  | 'USAGE'
-  | 'LIMIT_EXCEEDED'
-  | 'ABORTED'
-  | 'IO';
+  SYNTH_INVALID_OPTIONS: { status: 500, exit: 2, summary: 'options `synth` cannot honour' },
+  USAGE: { status: 400, exit: 2, remote: true, summary: 'a bad flag value' },
+  LIMIT_EXCEEDED: {
+    status: 413,
+    exit: 1,
+    remote: true,
+    summary: 'a configured limit (files listed, nesting depth) was reached',
+  },
+  ABORTED: {
+    status: 500,
+    exit: 1,
+    resumable: true,
+    summary: 'the operation was cancelled (Ctrl-C, an AbortSignal)',
+  },
+  IO: { status: 500, exit: 1, remote: true, summary: 'a local file could not be read or written' },
+  // what a service answers for a route it does not have, or for a bug of ours
+  NOT_FOUND: {
+    status: 404,
+    exit: 1,
+    summary: 'a service has no such route (a client of another version, or a typo in a URL)',
+  },
+  INTERNAL: { status: 500, exit: 1, summary: 'a bug in weightcast: please report it with the message' },
+} as const satisfies Record<string, ErrorEntry>;
+
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.hasOwn(ERROR_CATALOGUE, value);
+}
+
+/** The catalogue's entry for `code`. */
+export function errorEntry(code: ErrorCode): ErrorEntry {
+  return ERROR_CATALOGUE[code];
+}
 
 export interface ErrorDetails {
   /** The file (path or URL) the error is about, when there is one. */

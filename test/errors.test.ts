@@ -14,3 +14,37 @@ test('errors carry a stable code and serialise with their details', () => {
     file: '../x',
   });
 });
+
+test("the README's error table is the catalogue: the same codes with the same summaries", async () => {
+  const { readFile } = await import('node:fs/promises');
+  const { ERROR_CATALOGUE } = await import('../src/errors.js');
+  const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+  const rows = [...readme.matchAll(/^\| `([A-Z0-9_]+)` \| (.*) \|$/gm)].map((match): [string, string] => [
+    match[1] ?? '',
+    match[2] ?? '',
+  ]);
+  const table: Record<string, string> = Object.fromEntries(rows);
+  assert.equal(rows.length, Object.keys(table).length, 'a code appears twice in the README');
+  const catalogue = Object.fromEntries(
+    Object.entries(ERROR_CATALOGUE).map(([code, entry]) => [code, entry.summary]),
+  );
+  assert.deepEqual(table, catalogue);
+});
+
+test('exit classes: bad input and usage exit 2, failed jobs 1; resumable codes are failures', async () => {
+  const { ERROR_CATALOGUE } = await import('../src/errors.js');
+  for (const code of [
+    'USAGE',
+    'MANIFEST_INVALID',
+    'SAFETENSORS_INVALID_JSON',
+    'PLAN_INDIVISIBLE',
+    'SYNTH_INVALID_OPTIONS',
+  ] as const) {
+    assert.equal(ERROR_CATALOGUE[code].exit, 2, code);
+  }
+  for (const [code, entry] of Object.entries(ERROR_CATALOGUE)) {
+    if ('resumable' in entry) assert.equal(entry.exit, 1, code);
+  }
+  assert.equal(ERROR_CATALOGUE.SWARM_BUSY.status, 503);
+  assert.equal(ERROR_CATALOGUE.SEED_VERIFY_FAILED.status, 422);
+});

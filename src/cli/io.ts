@@ -3,7 +3,7 @@
  * that aborts on Ctrl-C. Commands get a CliIo instead of `process` so tests can run them in memory.
  */
 
-import { asIoError, isWeightcastError } from '../errors.js';
+import { asIoError, errorEntry, isWeightcastError } from '../errors.js';
 
 export interface CliIo {
   stdout(text: string): void;
@@ -55,7 +55,8 @@ export function reportError(io: CliIo, thrown: unknown, json: boolean): number {
   if (isWeightcastError(error)) {
     if (json) io.stdout(JSON.stringify({ event: 'error', error: error.toJSON() }) + '\n');
     else io.stderr(`weightcast: ${error.code}: ${error.message}\n`);
-    return error.code === 'USAGE' ? EXIT_USAGE : EXIT_FAILURE;
+    // The one place that decides: the error catalogue's exit class (2 for bad usage or input).
+    return errorEntry(error.code).exit;
   }
   const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
   if (json) io.stdout(JSON.stringify({ event: 'error', error: { code: 'INTERNAL', message } }) + '\n');

@@ -8,8 +8,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
 import { z } from 'zod';
-import { WeightcastError, isWeightcastError, type ErrorCode } from '../errors.js';
-import { readJsonBody, sendError, statusOf } from '../swarm/wire/http-json.js';
+import { WeightcastError, errorEntry, isErrorCode, isWeightcastError } from '../errors.js';
+import { readJsonBody, sendError } from '../swarm/wire/http-json.js';
 
 /** JSON bodies (catalog snapshots of large models included). */
 export const SEED_JSON_BYTES_MAX = 256 * 1024 * 1024;
@@ -99,26 +99,8 @@ export function parseBody<T>(schema: z.ZodType<T>, value: unknown, what: string)
   return parsed.data;
 }
 
-/** HTTP status for the seed tier's codes; the swarm's table for the rest. */
-export function seedStatusOf(code: ErrorCode): number {
-  switch (code) {
-    case 'SEED_UNKNOWN_MODEL':
-    case 'SEED_UNKNOWN_NODE':
-    case 'SEED_PIECE_NOT_HELD':
-    case 'SEED_NO_CATALOG':
-      return 404;
-    case 'SEED_CATALOG_CONFLICT':
-      return 409;
-    case 'SEED_PLAN_INVALID':
-    case 'SEED_VERIFY_FAILED':
-      return 422;
-    default:
-      return statusOf(code);
-  }
-}
-
 export function sendSeedError(res: ServerResponse, error: unknown): void {
-  sendError(res, error, seedStatusOf);
+  sendError(res, error);
 }
 
 export { readBody, sendJson } from '../swarm/wire/http-json.js';
@@ -178,8 +160,10 @@ export async function seedCallRaw(url: string, what: string, options: SeedCallOp
     body = undefined;
   }
   const parsed = z.object({ code: z.string(), message: z.string() }).safeParse(body);
-  if (parsed.success && parsed.data.code !== 'INTERNAL' && parsed.data.code !== 'NOT_FOUND') {
-    throw new WeightcastError(parsed.data.code as ErrorCode, `${what}: ${parsed.data.message}`, {
+  const code = parsed.success ? parsed.data.code : undefined;
+  // Only codes the catalogue lets a service send are taken at their word.
+  if (parsed.success && isErrorCode(code) && errorEntry(code).remote === true) {
+    throw new WeightcastError(code, `${what}: ${parsed.data.message}`, {
       url,
       status,
     });

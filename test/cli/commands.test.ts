@@ -70,7 +70,7 @@ test('manifest -> pull --manifest -> verify, through the CLI, with JSON output',
   }
 });
 
-test('bad input gets a typed error and a non-zero exit code', async () => {
+test('bad input gets a typed error and exit code 2', async () => {
   const dir = await tempDir('cli-bad');
   try {
     const hostile = join(dir.path, 'hostile.json');
@@ -88,7 +88,7 @@ test('bad input gets a typed error and a non-zero exit code', async () => {
     const io = memoryIo();
     assert.equal(
       await runCli(['pull', dir.path, '--to', join(dir.path, 'out'), '--manifest', hostile], io),
-      1,
+      2,
     );
     assert.match(io.err.join(''), /MANIFEST_UNSAFE_PATH/);
 
@@ -116,7 +116,7 @@ test('bad input gets a typed error and a non-zero exit code', async () => {
         ],
         wrongDigest,
       ),
-      1,
+      2,
     );
     assert.match(wrongDigest.err.join(''), /MANIFEST_DIGEST_MISMATCH/);
 

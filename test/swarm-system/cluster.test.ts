@@ -245,7 +245,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
           cluster.scheduler.url,
         ]),
         (error: { stderr?: string; code?: number }) =>
-          error.code === 1 && /SWARM_NEEDS_MANIFEST/.test(error.stderr ?? ''),
+          error.code === 2 && /SWARM_NEEDS_MANIFEST/.test(error.stderr ?? ''),
       );
     });
   });

@@ -6,7 +6,7 @@
  * module parses flags, reads the directory and prints.
  */
 
-import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
+import { WeightcastError } from '../../errors.js';
 import { buildParallelPlan } from '../../loader/plan/build.js';
 import { buildPlanManifest, readModelDirectory, writePlanManifest } from '../../loader/plan/files.js';
 import type {
@@ -17,7 +17,7 @@ import type {
   RankTensor,
 } from '../../loader/plan/types.js';
 import { formatBytes, parsePositiveInt } from '../../util/units.js';
-import { EXIT_OK, EXIT_USAGE, reportError, type CliIo } from '../io.js';
+import { EXIT_OK, reportError, type CliIo } from '../io.js';
 import { printable, textTable } from '../../util/text-table.js';
 
 export interface PlanFlags {
@@ -33,14 +33,6 @@ export interface PlanFlags {
 }
 
 /** Errors in what the user asked for or in the model given: exit code 2, like bad flags. */
-const INPUT_ERRORS: ErrorCode[] = [
-  'PLAN_INVALID_OPTIONS',
-  'PLAN_UNSUPPORTED_MODEL',
-  'PLAN_UNKNOWN_TENSOR',
-  'PLAN_SHAPE_MISMATCH',
-  'PLAN_INDIVISIBLE',
-  'PLAN_BLOCK_MISALIGNED',
-];
 
 export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
@@ -78,8 +70,7 @@ export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Pro
     else io.stdout(renderText(plan, shown));
     return EXIT_OK;
   } catch (error) {
-    const exitCode = reportError(io, error, json);
-    return INPUT_ERRORS.some((code) => isWeightcastError(error, code)) ? EXIT_USAGE : exitCode;
+    return reportError(io, error, json);
   }
 }
 

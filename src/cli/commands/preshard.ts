@@ -5,7 +5,7 @@
  * src/loader/preshard; this module parses flags and prints.
  */
 
-import { WeightcastError, type ErrorCode } from '../../errors.js';
+import { WeightcastError } from '../../errors.js';
 import { loadManifest } from '../../manifest/manifest.js';
 import {
   PRESHARD_LAYOUTS,
@@ -14,7 +14,7 @@ import {
 } from '../../loader/preshard/layout.js';
 import { preshard, type PreshardOptions, type PreshardResult } from '../../loader/preshard/preshard.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
-import { EXIT_USAGE, reportError, type CliIo } from '../io.js';
+import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 
 const MiB = 1024 * 1024;
@@ -36,17 +36,6 @@ export interface PreshardFlags {
 }
 
 /** The user's request or model cannot be honoured: exit 2, like a bad flag. */
-const INPUT_ERRORS: ErrorCode[] = [
-  'PLAN_INVALID_OPTIONS',
-  'PLAN_UNSUPPORTED_MODEL',
-  'PLAN_UNKNOWN_TENSOR',
-  'PLAN_SHAPE_MISMATCH',
-  'PLAN_INDIVISIBLE',
-  'PLAN_BLOCK_MISALIGNED',
-  'PRESHARD_UNSUPPORTED',
-  'PRESHARD_DESTINATION_CONFLICT',
-  'LOADER_TENSOR_TOO_LARGE',
-];
 
 export async function preshardCommand(src: string, flags: PreshardFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
@@ -78,9 +67,7 @@ export async function preshardCommand(src: string, flags: PreshardFlags, io: Cli
     return 0;
   } catch (error) {
     progress.finish();
-    const code = reportError(io, error, json);
-    const input = error instanceof WeightcastError && INPUT_ERRORS.includes(error.code);
-    return input ? EXIT_USAGE : code;
+    return reportError(io, error, json);
   }
 }
 

@@ -1,6 +1,6 @@
 /** `weightcast pull SRC --to DIR` from the origin itself (or the seed tier): verified, resumable, memory-bounded. */
 
-import { isWeightcastError, type ErrorCode } from '../../errors.js';
+import { errorEntry, isWeightcastError } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
 import type * as SeedRead from '../../seed/read/open.js';
@@ -10,15 +10,6 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { PullFlags } from './pull.js';
 import { openSource } from './shared.js';
-
-/** Failures after which running the same pull again makes progress. */
-const RESUMABLE_CODES = new Set<ErrorCode>([
-  'ABORTED',
-  'ORIGIN_RETRIES_EXHAUSTED',
-  'ORIGIN_TIMEOUT',
-  'ORIGIN_SHORT_READ',
-  'PIECE_HASH_MISMATCH',
-]);
 
 const SEED_READS_MAX = 64;
 
@@ -105,7 +96,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
   } catch (error) {
     progress.finish();
     const code = reportError(io, error, json);
-    if (!json && isWeightcastError(error) && RESUMABLE_CODES.has(error.code)) {
+    if (!json && isWeightcastError(error) && errorEntry(error.code).resumable === true) {
       io.stderr('weightcast: verified pieces are kept; run the same command again to continue\n');
     }
     return code;

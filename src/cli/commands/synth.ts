@@ -5,11 +5,10 @@
  * `--json` can report like any other.
  */
 
-import { isWeightcastError } from '../../errors.js';
 import { invalidOptions, type ModelDims } from '../../synth/architectures.js';
 import { parseArch, parseDtype, type SynthOptions } from '../../synth/plan.js';
 import { synthesizeModel, type SynthProgress, type SynthResult } from '../../synth/synth.js';
-import { EXIT_OK, EXIT_USAGE, reportError, type CliIo } from '../io.js';
+import { EXIT_OK, reportError, type CliIo } from '../io.js';
 
 export interface SynthFlags {
   to: string;
@@ -48,8 +47,7 @@ export async function runSynth(flags: SynthFlags, io: CliIo): Promise<number> {
     io.stdout(json ? JSON.stringify(jsonSummary(result, elapsedMs)) + '\n' : humanSummary(result, elapsedMs));
     return EXIT_OK;
   } catch (error) {
-    const exitCode = reportError(io, error, json);
-    return isWeightcastError(error, 'SYNTH_INVALID_OPTIONS') ? EXIT_USAGE : exitCode;
+    return reportError(io, error, json);
   }
 }
 

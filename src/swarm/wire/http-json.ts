@@ -14,7 +14,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
+import { WeightcastError, errorEntry, isErrorCode, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { JSON_BODY_BYTES_MAX } from './limits.js';
 
 /** Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). */
@@ -48,30 +48,9 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   res.end(bytes);
 }
 
-/** HTTP status for an error code a server answers with. */
+/** HTTP status for an error code a server answers with (the error catalogue's). */
 export function statusOf(code: ErrorCode): number {
-  switch (code) {
-    case 'SWARM_PROTOCOL':
-    case 'MANIFEST_INVALID':
-    case 'MANIFEST_UNSAFE_PATH':
-    case 'MANIFEST_SIZE_MISMATCH':
-    case 'MANIFEST_DIGEST_MISMATCH':
-    case 'USAGE':
-      return 400;
-    case 'SWARM_UNKNOWN_HOST':
-    case 'SWARM_PIECE_NOT_HELD':
-    case 'ORIGIN_NOT_FOUND':
-      return 404;
-    case 'SWARM_UNKNOWN_MODEL':
-      return 409;
-    case 'LIMIT_EXCEEDED':
-    case 'MANIFEST_TOO_LARGE':
-      return 413;
-    case 'SWARM_BUSY':
-      return 503;
-    default:
-      return 500;
-  }
+  return errorEntry(code).status;
 }
 
 /**
@@ -161,7 +140,7 @@ export async function callJson(url: string, what: string, options: CallOptions):
   const body = parsed as { code?: unknown; message?: unknown } | null | undefined;
   const code = body?.code;
   const message = body?.message;
-  if (typeof code === 'string' && typeof message === 'string' && KNOWN_CODES.has(code)) {
+  if (typeof code === 'string' && typeof message === 'string' && isRemoteCode(code)) {
     throw remoteError({ code, message }, what, { url, status });
   }
   throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${status}`, { url, status });
@@ -200,35 +179,20 @@ export function remoteError(
   what: string,
   context: Record<string, unknown> = {},
 ): WeightcastError {
-  if (!KNOWN_CODES.has(body.code)) {
+  if (!isRemoteCode(body.code)) {
     return new WeightcastError(
       'SWARM_PROTOCOL',
       `${what} failed with unknown code ${body.code}: ${body.message}`,
       context,
     );
   }
-  return new WeightcastError(body.code as ErrorCode, `${what}: ${body.message}`, context);
+  return new WeightcastError(body.code, `${what}: ${body.message}`, context);
 }
 
-const KNOWN_CODES = new Set<string>([
-  'SWARM_PROTOCOL',
-  'SWARM_UNKNOWN_MODEL',
-  'SWARM_UNKNOWN_HOST',
-  'SWARM_BUSY',
-  'SWARM_PIECE_NOT_HELD',
-  'SWARM_NEEDS_MANIFEST',
-  'MANIFEST_INVALID',
-  'MANIFEST_UNSAFE_PATH',
-  'MANIFEST_SIZE_MISMATCH',
-  'MANIFEST_DIGEST_MISMATCH',
-  'MANIFEST_TOO_LARGE',
-  'LIMIT_EXCEEDED',
-  'USAGE',
-  'ORIGIN_NOT_FOUND',
-  // An agent asked to write a model into a destination: it may not be able to, or find it taken.
-  'IO',
-  'PULL_DESTINATION_CONFLICT',
-]);
+/** Codes another process may send us: the catalogue's `remote` ones (anything else is a protocol error). */
+function isRemoteCode(code: string): code is ErrorCode {
+  return isErrorCode(code) && errorEntry(code).remote === true;
+}
 
 /** Starts listening; a taken port or a bad address becomes an IO error naming them. */
 export async function listenOn(server: Server, host: string, port: number): Promise<void> {
