@@ -187,7 +187,7 @@ type Phase = 'head' | 'small' | 'body' | 'failed';
  *    `smallLanded(n)`; while it is 'body' it puts the next `bodyRemaining` bytes wherever it likes
  *    (the caller's piece buffer) and calls `bodyLanded(n)`.
  * Malformed input yields one 'error' event (SWARM_PROTOCOL) and the decoder stops; it never throws
- * on input. The first frame must be a HELLO and no other HELLO may follow.
+ * on input. The first frame must be a HELLO (or a GOODBYE, a refusal) and no other HELLO may follow.
  */
 export class FrameDecoder {
   /** Fixed: a frame head or a small payload, never more. */
@@ -271,7 +271,8 @@ export class FrameDecoder {
     const length = this.small.readUInt32BE(8);
     if (reserved !== 0) return this.fail('a reserved field is not zero');
     if (!this.allowed(type)) return this.fail(`frame type ${type} is not expected from a ${this.peerName()}`);
-    if (!this.helloSeen && type !== FrameType.hello) return this.fail('the first frame is not a HELLO');
+    if (!this.helloSeen && type !== FrameType.hello && type !== FrameType.goodbye)
+      return this.fail('the first frame is not a HELLO');
     if (this.helloSeen && type === FrameType.hello) return this.fail('a second HELLO');
     if (status > STATUS_MAX) return this.fail(`unknown status ${status}`);
     this.frameType = type;
