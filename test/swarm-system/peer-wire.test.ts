@@ -465,4 +465,68 @@ describe('peer wire over real sockets', () => {
       await agent.close();
     }
   });
+
+  it('frees the slot of a peer that stops reading, and closes a connection that never says hello', async () => {
+    const big = 16 * 1024 * 1024;
+    const wire = new PeerWireServer({
+      model: () => ({
+        pieceCount: 1,
+        pieceSize: big,
+        pieceLength: () => big,
+        has: () => true,
+        read: (_piece, _offset, target) => Promise.resolve(void target.fill(3)),
+      }),
+      uploads: new UploadSlots(1),
+      throttle: new Throttle(undefined),
+      idleTimeoutMs: 300,
+      helloTimeoutMs: 300,
+    });
+    const server = createHttpServer((_req, res) => res.writeHead(404).end());
+    server.on('upgrade', (_req, socket: Socket, head: Buffer) => wire.accept(socket, head));
+    const agent = await listen(server);
+    const { port } = new URL(agent.url);
+    const raw = (): Socket => {
+      const socket = connect(Number(port), '127.0.0.1');
+      socket.on('error', () => undefined);
+      socket.write(
+        'GET /v1/peer-wire HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: weightcast-peer\r\n\r\n',
+      );
+      return socket;
+    };
+    const stalled = raw();
+    const silent = raw();
+    silent.resume();
+    const reader = new PeerWireClient({ url: agent.url, model: MODEL, idleTimeoutMs: 5000 });
+    try {
+      // A peer asks for 16 MiB and never reads: it holds the only slot until the idle timeout.
+      stalled.pause();
+      stalled.write(
+        encodeHello({ version: 1, model: modelDigestBytes(MODEL), credential: new Uint8Array() }),
+      );
+      stalled.write(encodeRequest({ requestId: 1, piece: 0, offset: 0, length: big }));
+      await sleep(100);
+      await assert.rejects(reader.read(0, 0, Buffer.alloc(10)), { code: 'SWARM_BUSY' });
+      const silentClosed = new Promise<void>((resolve) => silent.once('close', () => resolve()));
+      // Once the idle timeout ended the stalled write, the slot is free again.
+      const target = Buffer.alloc(1000);
+      const deadline = performance.now() + 3000;
+      for (;;) {
+        const busy = await reader.read(0, 0, target).then(
+          () => false,
+          (error: unknown) => isWeightcastError(error, 'SWARM_BUSY'),
+        );
+        if (!busy) break;
+        assert.ok(performance.now() < deadline, 'the stalled peer kept its slot');
+        await sleep(50);
+      }
+      assert.ok(target.equals(Buffer.alloc(1000, 3)));
+      await silentClosed;
+    } finally {
+      stalled.destroy();
+      silent.destroy();
+      await reader.close();
+      wire.close();
+      await agent.close();
+    }
+  });
 });

@@ -217,7 +217,8 @@ class WireConnection {
   private readonly socket: Socket;
   private readonly decoder = new FrameDecoder('client');
   private readonly sent = new Map<number, Entry>();
-  private readonly scratch = Buffer.allocUnsafe(SCRATCH_BYTES);
+  /** Where bytes nobody wants go (a cancelled response's); made on first use. */
+  private scratchBuffer: Buffer | undefined;
   private upgradeHead: Buffer | undefined = Buffer.allocUnsafe(UPGRADE_HEAD_BYTES_MAX);
   private upgradeFilled = 0;
   /** What the kernel's next read goes into: a small decoder buffer, an entry's target, or scratch. */
@@ -333,6 +334,11 @@ class WireConnection {
       }),
     );
     this.socket.uncork();
+  }
+
+  private get scratch(): Buffer {
+    this.scratchBuffer ??= Buffer.allocUnsafe(SCRATCH_BYTES);
+    return this.scratchBuffer;
   }
 
   private nextBuffer(): Uint8Array {

@@ -52,7 +52,10 @@ export interface PeerWireServerOptions {
   throttle: Throttle;
   /** Fault injection for tests: flip one byte of every piece served. */
   corruptUploads?: boolean;
-  /** A connection with no traffic for this long is closed (also ends stalled writes). Default 60 s. */
+  /**
+   * A connection with no traffic for this long is closed; this also ends a write the peer stopped
+   * reading, which holds an upload slot. Default 30 s (members give up on a silent peer after 10).
+   */
   idleTimeoutMs?: number;
   /** Time a new connection has to say hello. Default 10 s. */
   helloTimeoutMs?: number;
@@ -136,7 +139,7 @@ class ServerConnection {
           return;
         }
         this.model = model;
-        this.socket.setTimeout(this.options.idleTimeoutMs ?? 60_000);
+        this.socket.setTimeout(this.options.idleTimeoutMs ?? 30_000);
         this.socket.write(
           encodeHello({ version: PEER_WIRE_VERSION, model: event.hello.model, credential: new Uint8Array() }),
         );
