@@ -78,6 +78,11 @@ export async function serveUntilInterrupted(
       ? JSON.stringify({ event: 'listening', ...details }) + '\n'
       : `weightcast ${what} listening on ${details.url}\n`,
   );
+  await untilInterrupted(io);
+}
+
+/** Resolves on Ctrl-C or SIGTERM (when `io.signal` aborts). */
+export async function untilInterrupted(io: CliIo): Promise<void> {
   await new Promise<void>((resolve) => {
     if (io.signal.aborted) resolve();
     io.signal.addEventListener('abort', () => resolve(), { once: true });

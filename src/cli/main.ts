@@ -1,11 +1,14 @@
 /**
- * The `weightcast` command line: one commander program, one module per subcommand under
- * src/cli/commands. `main` returns the exit code; only bin/weightcast.js exits the process.
+ * The `weightcast` command line: one commander program. Each subcommand is declared in
+ * src/cli/definitions (name, arguments, options, help) and carried out by its module in
+ * src/cli/commands, which the definition imports only when the command runs. `main` returns the exit
+ * code; only bin/weightcast.js exits the process.
  */
 
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { EXIT_USAGE, processIo, type CliIo } from './io.js';
-import { COMMANDS } from './commands/index.js';
+import { COMMANDS } from './definitions/index.js';
 
 export type { CliIo } from './io.js';
 
@@ -14,9 +17,16 @@ export function buildProgram(io: CliIo, setExitCode: (code: number) => void): Co
     .description('Move large model weights to many hosts, fast, verified, with bounded memory.')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.stdout(s), writeErr: (s) => io.stderr(s) })
+    .version(packageVersion())
     .showHelpAfterError('(run with --help for usage)');
   for (const register of COMMANDS) register(program, io, setExitCode);
   return program;
+}
+
+/** The version in package.json: three folders up from dist/src/cli, built or installed. */
+function packageVersion(): string {
+  const text = readFileSync(new URL('../../../package.json', import.meta.url), 'utf8');
+  return (JSON.parse(text) as { version: string }).version;
 }
 
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {

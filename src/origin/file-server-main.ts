@@ -2,6 +2,8 @@
  * Runs the file server in a process of its own, so a benchmark can keep the origin's CPU apart from
  * the client it measures: `node dist/src/origin/file-server-main.js --root DIR [--port P] [--host H]
  * [--token T] [--rate-mbps R]` prints `{"url": "..."}` as one JSON line once it listens, and stops on SIGINT/SIGTERM.
+ * `weightcast serve DIR` is the same server with the same flags; this entry point stays for the
+ * benchmarks and tests that spawn it.
  */
 
 import { pathToFileURL } from 'node:url';
@@ -23,23 +25,40 @@ export function parseFileServerArgs(argv: readonly string[]): FileServerOptions 
     strict: true,
   });
   if (values.root === undefined) throw new WeightcastError('USAGE', 'file server: --root DIR is required');
-  const port = values.port === undefined ? 0 : Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new WeightcastError('USAGE', `file server: --port must be 0-65535, got ${values.port}`);
+  return fileServerOptions({
+    root: values.root,
+    ...(values.port === undefined ? {} : { port: values.port }),
+    ...(values.host === undefined ? {} : { host: values.host }),
+    ...(values.token === undefined ? {} : { token: values.token }),
+    ...(values['rate-mbps'] === undefined ? {} : { rateMbps: values['rate-mbps'] }),
+  });
+}
+
+/** The server's options from flag text, checked; shared with `weightcast serve`. */
+export function fileServerOptions(flags: {
+  root: string;
+  port?: string;
+  host?: string;
+  token?: string;
+  rateMbps?: string;
+}): FileServerOptions {
+  const port = flags.port === undefined ? 0 : Number(flags.port);
+  if (flags.port?.trim() === '' || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new WeightcastError('USAGE', `file server: --port must be 0-65535, got ${flags.port}`);
   }
-  const rateMbps = values['rate-mbps'] === undefined ? undefined : Number(values['rate-mbps']);
+  const rateMbps = flags.rateMbps === undefined ? undefined : Number(flags.rateMbps);
   if (rateMbps !== undefined && !(Number.isFinite(rateMbps) && rateMbps > 0)) {
     throw new WeightcastError(
       'USAGE',
-      `file server: --rate-mbps must be a positive number, got ${values['rate-mbps']}`,
+      `file server: --rate-mbps must be a positive number, got ${flags.rateMbps}`,
     );
   }
   return {
     ...(rateMbps === undefined ? {} : { rateBytesPerSecond: mbpsToBytesPerSecond(rateMbps) }),
-    root: values.root,
+    root: flags.root,
     port,
-    ...(values.host === undefined ? {} : { host: values.host }),
-    ...(values.token === undefined ? {} : { token: values.token }),
+    ...(flags.host === undefined ? {} : { host: flags.host }),
+    ...(flags.token === undefined ? {} : { token: flags.token }),
   };
 }
 

@@ -17,7 +17,7 @@
 
 import type { IncomingHttpHeaders } from 'node:http';
 import { setTimeout as sleepMs } from 'node:timers/promises';
-import { Agent, type Dispatcher } from 'undici';
+import type { Agent, Dispatcher } from 'undici';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
@@ -163,7 +163,12 @@ export class HttpOrigin implements Origin {
   readonly location: string;
   readonly stats: OriginStats = { requests: 0, retries: 0, bytesRead: 0 };
   private readonly base: URL;
-  private readonly agent: Agent;
+  /**
+   * undici, for `https:`, HEAD and the small text reads, imported and built on first use: an agent
+   * reading pieces over plain http with a manifest never needs it, and its import cost about 0.1 CPU-s.
+   */
+  private agent: Promise<Agent> | undefined;
+  private readonly agentOptions: Agent.Options;
   /** Undefined when every request goes through undici. */
   private readonly ranges: RangeClient | undefined;
   private readonly token: string | undefined;
@@ -192,13 +197,13 @@ export class HttpOrigin implements Origin {
     this.files = options.files?.map((entry) => checkedEntry(entry, this.location));
     this.onRetry = options.onRetry;
     this.random = options.random ?? Math.random;
-    this.agent = new Agent({
+    this.agentOptions = {
       connections: this.connections,
       keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
       headersTimeout: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
       bodyTimeout: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
       connect: { timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT },
-    });
+    };
     this.ranges =
       options.transport === 'undici'
         ? undefined
@@ -240,7 +245,7 @@ export class HttpOrigin implements Origin {
 
   async close(): Promise<void> {
     this.redirectTargets.clear();
-    await Promise.all([this.agent.destroy(), this.ranges?.close()]);
+    await Promise.all([this.agent?.then((agent) => agent.destroy()), this.ranges?.close()]);
   }
 
   /** `inPlace` lets plain-http reads use RangeClient; the small text reads keep to undici. */
@@ -520,7 +525,8 @@ export class HttpOrigin implements Origin {
         if (response !== undefined) return response;
         this.stats.requests += 1;
       }
-      const response = await this.agent.request({
+      const agent = await this.undiciAgent();
+      const response = await agent.request({
         origin: url.origin,
         path: url.pathname + url.search,
         method,
@@ -536,6 +542,11 @@ export class HttpOrigin implements Origin {
     } catch (error) {
       throw this.asOriginError(error, call);
     }
+  }
+
+  private undiciAgent(): Promise<Agent> {
+    this.agent ??= import('undici').then(({ Agent }) => new Agent(this.agentOptions));
+    return this.agent;
   }
 
   /**

@@ -33,10 +33,10 @@ import {
 import { merkleRoot } from '../manifest/merkle.js';
 import type { Origin } from '../origin/origin.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
-import { JournalWriter, bootId, readJournal, type JournalRecord } from './journal.js';
+import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
+import { JournalWriter, bootId, readJournal, type JournalRecord } from '../piece/journal.js';
 
-export const CONCURRENCY_DEFAULT = 4;
-export const MEMORY_BYTES_DEFAULT = 192 * 1024 * 1024;
+export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const PIECE_RETRIES_DEFAULT = 3;
 export const STATE_DIR_NAME = '.weightcast';
 

@@ -10,7 +10,7 @@ import { buildManifest } from '../../src/manifest/build.js';
 import { writeManifest } from '../../src/manifest/manifest.js';
 import { startFileServer } from '../../src/origin/file-server.js';
 import { LocalOrigin } from '../../src/origin/local.js';
-import { parseJournal } from '../../src/pull/journal.js';
+import { parseJournal } from '../../src/piece/journal.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
 
 const PIECE = 64 * 1024;

@@ -10,7 +10,7 @@ import { PeerReader } from '../../src/swarm/agent/peer-reader.js';
 import { PeerWireClient } from '../../src/swarm/agent/peer-wire-client.js';
 import { PeerWireServer, type ServedModel } from '../../src/swarm/agent/peer-wire-server.js';
 import { UploadSlots } from '../../src/swarm/agent/upload-slots.js';
-import { PieceMap } from '../../src/swarm/piece-map.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
 import {
   FrameDecoder,
   REQUESTS_IN_FLIGHT_MAX,

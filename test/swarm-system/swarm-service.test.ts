@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
-import { PieceMap } from '../../src/swarm/piece-map.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService } from '../../src/swarm/scheduler/swarm-service.js';
 import { encodeBitfield, type Report, type WireAssignment } from '../../src/swarm/wire/protocol.js';
 

@@ -4,8 +4,8 @@ import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
 import { join } from 'node:path';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { SwarmMember } from '../../src/swarm/agent/member.js';
-import { PieceStore } from '../../src/swarm/agent/piece-store.js';
-import { PieceMap } from '../../src/swarm/piece-map.js';
+import { PieceStore } from '../../src/piece/store.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { tempDir } from '../helpers/fixtures.js';
@@ -232,4 +232,35 @@ describe('a member registering with a real scheduler', () => {
       }
     });
   }
+});
+
+describe('a second sync channel for the same host', () => {
+  it('replaces the first instead of waking it forever, and the scheduler keeps answering', async () => {
+    const { scheduler, manifest, base, signal } = await oneReaderSwarm();
+    try {
+      const registered = (await registerBareHost(base, manifest, { name: 'twice' })) as { host: number };
+      const url = `${base}/hosts/${registered.host}/channel`;
+      const first = await openChannel(url, signal);
+      const firstClosed = new Promise<string>((resolve) => {
+        const reader = new FrameReader();
+        const seen: unknown[] = [...reader.push(first.head)];
+        first.socket.on('data', (chunk: Buffer) => seen.push(...reader.push(chunk)));
+        first.socket.on('close', () => {
+          const error = seen.map((frame) => frameError(frame, 'the scheduler')).find((e) => e !== undefined);
+          resolve(error?.message ?? 'closed without an error frame');
+        });
+      });
+      const second = await openChannel(url, signal);
+      assert.match(await firstClosed, /another sync channel/);
+      // Before the fix the two channels woke each other on every microtask: nothing else ran.
+      for (let i = 0; i < 5; i++) {
+        const health = await fetch(`${scheduler.url}/healthz`, { signal: AbortSignal.timeout(1000) });
+        assert.equal(health.status, 200);
+      }
+      assert.equal(second.socket.destroyed, false);
+      second.socket.destroy();
+    } finally {
+      await scheduler.close();
+    }
+  });
 });

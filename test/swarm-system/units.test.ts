@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
-import { PieceStore } from '../../src/swarm/agent/piece-store.js';
-import { PieceMap } from '../../src/swarm/piece-map.js';
+import { PieceStore } from '../../src/piece/store.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
 import { decodeBitfield, encodeBitfield } from '../../src/swarm/wire/protocol.js';
 import { deterministicBytes, tempDir } from '../helpers/fixtures.js';
 

@@ -112,7 +112,11 @@ test('corrupt bytes ban the parent for that host; the piece is fetched elsewhere
     assert.deepEqual([first!.piece, first!.from], [5, 1], `seed ${seed}: the rack parent is tried first`);
     driver.report(first!.transferId, 'corrupt');
     assert.deepEqual(driver.core.bannedParents(9), [1], `seed ${seed}`);
-    assert.ok(driver.core.isDemoted(1), `seed ${seed}: one corrupt report demotes for everyone`);
+    assert.equal(
+      driver.core.isDemoted(1),
+      false,
+      `seed ${seed}: one corrupt report is no evidence for everyone`,
+    );
     assert.equal(driver.core.isBanned(1), false, `seed ${seed}: one report does not ban for everyone`);
     assert.equal(driver.core.parentScore(9, 1), -1, `seed ${seed}`);
     const [retry] = driver.poll();
@@ -181,4 +185,30 @@ test('a failed transfer puts the piece back and counts against the parent', () =
   const [next] = driver.poll();
   assert.equal(next!.from, 2, `seed ${seed}`);
   assert.equal(driver.core.stats.transfersFailed, 2);
+});
+
+test('made-up corrupt reports from fake hosts ban no honest parent that served others (issue 16, finding 2)', () => {
+  for (const seed of [1, 2, 3]) {
+    const driver = swarm(seed);
+    // Four honest hosts fetch the whole model through the swarm: each serves the others.
+    for (const id of [1, 2, 3, 4]) driver.add(hostSpec(id));
+    assert.ok(driver.runUntilComplete([1, 2, 3, 4]) >= 0, `seed ${seed}: stalled`);
+    // Two fake hosts join holding nothing and report every transfer they are given as corrupt.
+    driver.add(hostSpec(8));
+    driver.add(hostSpec(9));
+    for (let round = 0; round < 40 && driver.poll().length + driver.inFlight.length > 0; round++) {
+      for (const assignment of [...driver.inFlight]) driver.report(assignment.transferId, 'corrupt');
+    }
+    for (const honest of [1, 2, 3, 4]) {
+      assert.equal(driver.core.isBanned(honest), false, `seed ${seed}: honest host ${honest} was banned`);
+      assert.equal(driver.core.isDemoted(honest), false, `seed ${seed}: honest host ${honest} was demoted`);
+    }
+    // A fifth honest host still fetches from its peers, not the origin.
+    driver.removeHost(8);
+    driver.removeHost(9);
+    driver.add(hostSpec(5));
+    assert.ok(driver.runUntilComplete([5], 10_000) >= 0, `seed ${seed}: host 5 stalled`);
+    const fromPeers = driver.log.filter((a) => a.host === 5 && a.from !== ORIGIN).length;
+    assert.ok(fromPeers >= PIECES - 2, `seed ${seed}: host 5 took only ${fromPeers} pieces from peers`);
+  }
 });

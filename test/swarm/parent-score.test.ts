@@ -81,14 +81,51 @@ test('failures demote; verified uploads heal', () => {
   assert.equal(records.isDemoted(0), false);
 });
 
-test('corrupt: one report demotes, a second from another host bans; the same reporter twice does not', () => {
+test('corrupt: one accuser alone changes nothing for everyone; two distinct accusers with no witnesses ban', () => {
   const records = new ParentRecords();
   records.ensureHosts(5);
-  assert.equal(records.recordCorrupt(0, 1), 'demoted');
-  assert.ok(records.isDemoted(0));
-  assert.equal(records.recordCorrupt(0, 1), 'demoted');
+  assert.equal(records.recordCorrupt(0, 1), 'accused');
+  assert.equal(records.isDemoted(0), false, 'one report is no evidence');
+  assert.equal(records.recordCorrupt(0, 1), 'accused', 'the same reporter twice is one accuser');
   assert.equal(records.recordCorrupt(0, 2), 'banned');
   assert.equal(records.banned[0], 1);
   records.reset(0, 1000);
   assert.equal(records.banned[0], 1, 'rejoining does not lift a ban');
+});
+
+test('corrupt: accusers against a parent that served others are outweighed, and then distrusted', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(10);
+  // Host 0 served hosts 3..6 verified bytes: four witnesses.
+  for (const receiver of [3, 4, 5, 6]) records.recordVerified(0, 1e6, receiver);
+  // Two made-up hosts accuse it.
+  assert.equal(records.recordCorrupt(0, 8), 'accused');
+  assert.equal(records.recordCorrupt(0, 9), 'accused');
+  assert.equal(records.banned[0], 0);
+  assert.equal(records.isDemoted(0), false);
+  assert.deepEqual([records.distrusted[8], records.distrusted[9]], [1, 1], 'the accusers did not hold up');
+  assert.ok(records.isDemoted(8) && records.isDemoted(9), 'a distrusted host ranks as a demoted parent');
+  // Their later reports count for nothing.
+  assert.equal(records.recordCorrupt(1, 8), 'ignored');
+  assert.equal(records.recordCorrupt(1, 9), 'ignored');
+  assert.equal(records.banned[1], 0);
+});
+
+test('corrupt: as many accusers as witnesses demote, more ban; witnesses arriving later clear a demotion', () => {
+  const records = new ParentRecords();
+  records.ensureHosts(10);
+  records.recordVerified(0, 1e6, 5);
+  records.recordVerified(0, 1e6, 6);
+  records.recordCorrupt(0, 1);
+  assert.equal(records.recordCorrupt(0, 2), 'demoted', 'two accusers, two witnesses');
+  assert.ok(records.isDemoted(0));
+  for (const receiver of [7, 8]) records.recordVerified(0, 1e6, receiver);
+  assert.equal(records.isDemoted(0), false, 'four witnesses against two accusers clear it');
+  assert.equal(records.recordCorrupt(3, 1), 'ignored', 'its accusers are distrusted');
+  const fresh = new ParentRecords();
+  fresh.ensureHosts(10);
+  fresh.recordVerified(0, 1e6, 5);
+  fresh.recordCorrupt(0, 1);
+  fresh.recordCorrupt(0, 2);
+  assert.equal(fresh.recordCorrupt(0, 3), 'banned', 'three accusers against one witness');
 });

@@ -1,16 +1,14 @@
 /** `weightcast agent --scheduler URL --cache DIR`: runs a swarm agent until Ctrl-C. */
 
-import { Option, type Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import type { RegisterCommand } from './index.js';
-import { serviceUrlFlag } from './shared.js';
-import { SeedNode } from '../../seed/node/seed-node.js';
+import { serviceUrlFlag } from './service-url.js';
+import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
-interface AgentFlags {
+export interface AgentFlags {
   scheduler: string;
   cache: string;
   port: string;
@@ -28,38 +26,7 @@ interface AgentFlags {
   json?: boolean;
 }
 
-export const registerAgent: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('agent')
-    .description('Run a swarm agent: a verified piece cache that fetches from peers and serves them')
-    .requiredOption('--scheduler <url>', 'the scheduler, e.g. http://10.0.0.1:7000')
-    .requiredOption('--cache <dir>', 'where verified pieces are kept (a restart resumes from here)')
-    .option('--port <port>', 'port for peers and local pulls (0 = any)', '7100')
-    .option('--host <address>', 'address to listen on', '127.0.0.1')
-    .option('--advertise <url>', 'URL peers should use to reach this agent (default: the listening address)')
-    .option('--name <name>', 'name in the swarm (default: kept in the cache)')
-    .option('--zone <zone>', 'locality label: peers in the same zone are preferred')
-    .option('--rack <rack>', 'locality label: peers in the same rack are preferred most')
-    .option('--upload-mbps <mbit/s>', 'cap on what this agent sends to peers')
-    .option('--download-mbps <mbit/s>', 'cap on what this agent receives')
-    .option('--uploads <n>', 'piece uploads at once; more requests are told to come back', '8')
-    // Fault injection for tests and demos: this agent serves wrong bytes on purpose.
-    .addOption(new Option('--inject-corrupt-uploads').hideHelp())
-    .addOption(
-      new Option(
-        '--role <role>',
-        'swarm: fetch models for this host; seed: also hold pieces for the seed tier',
-      )
-        .choices(['swarm', 'seed'])
-        .default('swarm'),
-    )
-    // Fault injection for tests: as a seed node, store every piece with one byte flipped.
-    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp())
-    .option('--json', 'events as JSON lines on stdout')
-    .action(async (flags: AgentFlags) => setExitCode(await agentCommand(flags, io)));
-};
-
-async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
+export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
   try {
     const port = Number(flags.port);
@@ -70,14 +37,7 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
-    const seed =
-      flags.role === 'seed'
-        ? await SeedNode.open({
-            dir: join(flags.cache, 'seed'),
-            ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
-            ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
-          })
-        : undefined;
+    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload) : undefined;
     const agent = await Agent.start({
       ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
@@ -108,6 +68,16 @@ async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
   }
 }
 
+/** `--role seed`: the seed tier's node, whose code a plain agent never loads. */
+async function openSeedNode(flags: AgentFlags, upload: number | undefined): Promise<SeedNode> {
+  const { SeedNode } = await import('../../seed/node/seed-node.js');
+  return SeedNode.open({
+    dir: join(flags.cache, 'seed'),
+    ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
+    ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
+  });
+}
+
 function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
   // Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every piece with a wall-clock time, to study a run's timing.
   if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1' && event.type === 'piece') {
@@ -115,6 +85,10 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
   }
   if (json) {
     if (event.type !== 'piece') io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
+    return;
+  }
+  if (event.type === 'loopback-unavailable') {
+    io.stdout(`local API not on 127.0.0.1 (${event.reason}); pulls on this host need --agent URL\n`);
     return;
   }
   const model = event.model.slice(0, 12);
@@ -138,6 +112,9 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
       break;
     case 'complete':
       io.stdout(`model ${model}: complete; seeding\n`);
+      break;
+    case 'failed':
+      io.stdout(`model ${model}: stopped: ${event.code}: ${event.reason}\n`);
       break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);

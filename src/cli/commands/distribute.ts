@@ -6,10 +6,9 @@
 
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { Option, type Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import type { Manifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { applyDistribute, CRASH_STEPS, type ApplyEvent, type CrashStep } from '../../seed/apply/apply.js';
 import { tierFileHashes, type FileHash } from '../../seed/apply/hashes.js';
 import { MoveJournal } from '../../seed/apply/journal.js';
@@ -25,10 +24,9 @@ import {
 import { formatBytes, formatSeconds, parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { serviceUrlFlag } from './shared.js';
+import { serviceUrlFlag } from './service-url.js';
 
-interface DistributeFlags {
+export interface DistributeFlags {
   scheduler: string;
   mode: string;
   nodes?: string;
@@ -42,33 +40,6 @@ interface DistributeFlags {
   fileHashes: boolean;
   crashAfter?: string;
 }
-
-export const registerDistribute: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('distribute')
-    .description("Re-lay a model's pieces over the seed tier (dry run unless --apply)")
-    .argument('<model>', "the model's digest, sha256:<hex>")
-    .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog')
-    .option('--mode <mode>', DISTRIBUTE_MODES.join(' | '), 'primary')
-    .option('--nodes <k>', 'use this many nodes (those holding most first); default every active node')
-    .option('--apply', 'carry the plan out (copy, verify, commit, delete after the grace period)')
-    .option('--json', 'the plan as JSON; with --apply, JSON lines')
-    .option('--state <dir>', 'where the move journal and lock live (default ~/.weightcast/distribute)')
-    .option(
-      '--grace-ms <ms>',
-      'keep an old copy this long after its commit, for readers of the old map',
-      '15000',
-    )
-    .option('--moves <n>', 'moves in flight at once', '8')
-    .option('--node-moves <n>', 'moves touching one node at once', '2')
-    .option('--node-mbps <mbit/s>', "cap on one node's move traffic")
-    .option('--no-file-hashes', 'skip reading the model back for the before/after whole-file hashes')
-    // Fault injection for tests: kill this process (SIGKILL) at the N-th time STEP is reached.
-    .addOption(new Option('--crash-after <step:n>').hideHelp())
-    .action(async (model: string, flags: DistributeFlags) =>
-      setExitCode(await distributeCommand(model, flags, io)),
-    );
-};
 
 export async function distributeCommand(
   modelText: string,

@@ -5,7 +5,6 @@
  * when nothing is wrong, 1 when problems were found, 2 when PATH cannot be inspected at all.
  */
 
-import type { Command } from 'commander';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
@@ -22,27 +21,15 @@ import {
 import { readSafetensorsHeaderFromFile } from '../../format/safetensors.js';
 import { formatBytes } from '../../util/units.js';
 import { EXIT_FAILURE, EXIT_OK, reportError, type CliIo } from '../io.js';
-import type { RegisterCommand } from './index.js';
 import { printable, textTable } from '../../util/text-table.js';
 
-interface InspectFlags {
+export interface InspectFlags {
   json?: boolean;
 }
 
 /** Past this many, the text output summarises; --json always lists every problem. */
 const PROBLEM_LINES_MAX = 50;
 const SAFETENSORS_SUFFIX = '.safetensors';
-
-export const registerInspect: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('inspect')
-    .description(
-      'Show the tensors, dtypes and parameter count of a safetensors file or model directory, and any problems',
-    )
-    .argument('<path>', 'a .safetensors file, or a directory of shards with model.safetensors.index.json')
-    .option('--json', 'print one JSON object')
-    .action(async (path: string, flags: InspectFlags) => setExitCode(await inspectCommand(path, flags, io)));
-};
 
 export async function inspectCommand(path: string, flags: InspectFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

@@ -9,13 +9,11 @@
  */
 
 import { basename } from 'node:path';
-import type { Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { HF_REQUESTS, HfOutput } from '../../loader/stream/hf-output.js';
 import { openLoadStream } from '../../loader/stream/load.js';
 import { closeModelSource, modelBytes, openModelSource } from '../../loader/stream/model-source.js';
-import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../loader/stream/read-stream.js';
 import { SHM_REQUESTS, SHM_ROOT_DEFAULT, ShmOutput } from '../../loader/stream/shm-output.js';
 import { readPlanManifest } from '../../loader/plan/files.js';
 import type { ParallelismOptions } from '../../loader/plan/types.js';
@@ -24,8 +22,8 @@ import type { SliceFormat } from '../../loader/slice/outputs.js';
 import { formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
+import { openSource } from './shared.js';
+import { serviceUrlFlag } from './service-url.js';
 
 const MiB = 1024 * 1024;
 /** Largest piece of a tensor the whole-model load handles at once. */
@@ -53,47 +51,6 @@ export interface LoadFlags {
   token?: string;
   json?: boolean;
 }
-
-export const registerLoad: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  withTokenOption(program.command('load'))
-    .description('Stream a model into memory, tensor by tensor as bytes arrive, and write it out')
-    .argument('<src>', 'model directory, file:// or http(s):// URL')
-    .option('--to <dir>', `output directory (shm default: ${SHM_ROOT_DEFAULT}/<name>)`)
-    .option(
-      '--format <format>',
-      'hf (original files, byte-identical; a rank: its slices in files named like the source), shm (safetensors in shared memory) or sharded-state (a rank as vLLM model-rank-R-part-P files)',
-      'shm',
-    )
-    .option('--tp <n>', 'load one rank of this many tensor-parallel ranks (slice-aware fetch)')
-    .option('--rank <r>', 'the rank to load (within --stage when given, else global)')
-    .option('--pp <n>', 'pipeline stages', '1')
-    .option('--stage <s>', 'the pipeline stage of --rank')
-    .option('--ep <n>', 'expert-parallel groups per stage', '1')
-    .option('--weights <list>', 'relative sizes of the tp ranks, e.g. 3,1 (default: even)')
-    .option('--replicate-unknown', 'replicate tensors no plan rule covers instead of failing')
-    .option('--plan-manifest <file>', 'fetch exactly the slices and check each against this plan manifest')
-    .option('--plan-digest <sha256>', 'refuse the plan manifest unless its digest is this')
-    .option('--agent <url>', 'read through the weightcast agent on this machine (needs --manifest)')
-    .option(
-      '--order <order>',
-      'slice reads: model (first layer first, default) or file (one stream)',
-      'model',
-    )
-    .option('--part-mb <mb>', 'sharded-state: MiB of tensors per part file', String(5 * 1024))
-    .option(
-      '--memory-mb <mb>',
-      'memory budget for bytes in flight and not yet written',
-      String(MEMORY_BYTES_DEFAULT / MiB),
-    )
-    .option('--concurrency <n>', 'ranged reads in flight', String(CONCURRENCY_DEFAULT))
-    .option(
-      '--manifest <file>',
-      'verify every piece against this manifest (without it the origin is trusted)',
-    )
-    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option('--json', 'one JSON summary on stdout')
-    .action(async (src: string, flags: LoadFlags) => setExitCode(await loadCommand(src, flags, io)));
-};
 
 export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Promise<number> {
   if (flags.tp !== undefined || flags.rank !== undefined) return loadRankCommand(src, flags, io);

@@ -1,6 +1,5 @@
 /** `weightcast manifest SRC`: hash a model into its content-addressed manifest and print its name. */
 
-import type { Command } from 'commander';
 import { buildManifest } from '../../manifest/build.js';
 import {
   encodeManifest,
@@ -12,10 +11,9 @@ import {
 import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { openSource, withTokenOption } from './shared.js';
+import { openSource } from './shared.js';
 
-interface ManifestFlags {
+export interface ManifestFlags {
   pieceSize?: string;
   out?: string;
   json?: boolean;
@@ -23,24 +21,6 @@ interface ManifestFlags {
   threads?: string;
   token?: string;
 }
-
-export const registerManifest: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  withTokenOption(program.command('manifest'))
-    .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
-    .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
-    .option(
-      '--piece-size <size>',
-      'piece size (e.g. 16MiB, 512KiB; default: at least 512 pieces, within 256KiB-16MiB)',
-    )
-    .option('--out <file>', 'write the manifest here (default: stdout)')
-    .option(
-      '--file-sha256',
-      'also record each file’s whole SHA-256 (sha256sum-compatible; costs a second hash pass)',
-    )
-    .option('--threads <n>', 'hash threads (default: one per core)')
-    .option('--json', 'print a JSON summary')
-    .action(async (src: string, flags: ManifestFlags) => setExitCode(await manifestCommand(src, flags, io)));
-};
 
 export async function manifestCommand(src: string, flags: ManifestFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

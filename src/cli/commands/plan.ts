@@ -6,7 +6,6 @@
  * module parses flags, reads the directory and prints.
  */
 
-import type { Command } from 'commander';
 import { WeightcastError, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { buildParallelPlan } from '../../loader/plan/build.js';
 import { buildPlanManifest, readModelDirectory, writePlanManifest } from '../../loader/plan/files.js';
@@ -19,10 +18,9 @@ import type {
 } from '../../loader/plan/types.js';
 import { formatBytes, parsePositiveInt } from '../../util/units.js';
 import { EXIT_OK, EXIT_USAGE, reportError, type CliIo } from '../io.js';
-import type { RegisterCommand } from './index.js';
 import { printable, textTable } from '../../util/text-table.js';
 
-interface PlanFlags {
+export interface PlanFlags {
   tp: string;
   pp?: string;
   ep?: string;
@@ -43,23 +41,6 @@ const INPUT_ERRORS: ErrorCode[] = [
   'PLAN_INDIVISIBLE',
   'PLAN_BLOCK_MISALIGNED',
 ];
-
-export const registerPlan: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('plan')
-    .description("Show each rank's tensors, slices and source byte ranges for a parallel layout (TP/PP/EP)")
-    .argument('<src>', 'a local model directory (config.json and safetensors shards)')
-    .requiredOption('--tp <n>', 'tensor-parallel ranks per stage')
-    .option('--pp <n>', 'pipeline stages', '1')
-    .option('--ep <n>', 'expert-parallel groups per stage (divides tp or is a multiple of it)', '1')
-    .option('--weights <list>', 'relative sizes of the tp ranks, e.g. 3,1 (default: even)')
-    .option('--rank <r>', 'show only this rank')
-    .option('--replicate-unknown', 'replicate tensors no rule covers (with a warning) instead of failing')
-    .option('--hash', 'read every slice and write a plan manifest with its SHA-256 (needs --out)')
-    .option('--out <file>', 'where --hash writes the plan manifest')
-    .option('--json', 'print one JSON object')
-    .action(async (src: string, flags: PlanFlags) => setExitCode(await planCommand(src, flags, io)));
-};
 
 export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

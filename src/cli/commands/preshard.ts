@@ -5,7 +5,6 @@
  * src/loader/preshard; this module parses flags and prints.
  */
 
-import type { Command } from 'commander';
 import { WeightcastError, type ErrorCode } from '../../errors.js';
 import { loadManifest } from '../../manifest/manifest.js';
 import {
@@ -14,16 +13,13 @@ import {
   type PreshardQuantisation,
 } from '../../loader/preshard/layout.js';
 import { preshard, type PreshardOptions, type PreshardResult } from '../../loader/preshard/preshard.js';
-import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../loader/stream/read-stream.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { EXIT_USAGE, reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
 
-interface PreshardFlags {
+export interface PreshardFlags {
   tp: string;
   pp: string;
   to: string;
@@ -51,41 +47,6 @@ const INPUT_ERRORS: ErrorCode[] = [
   'PRESHARD_DESTINATION_CONFLICT',
   'LOADER_TENSOR_TOO_LARGE',
 ];
-
-export const registerPreshard: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  const command = withTokenOption(program.command('preshard'))
-    .description('Write per-rank sharded_state files (optionally FP8) with a manifest of every slice')
-    .argument('<src>', 'model directory, file:// or http(s):// URL')
-    .requiredOption('--tp <n>', 'tensor-parallel ranks per stage')
-    .option('--pp <n>', 'pipeline stages', '1')
-    .requiredOption('--to <dir>', 'output directory (new, empty, or an earlier pre-shard output)')
-    .option('--quantize <scheme>', 'fp8: F8_E4M3 linear weights with per-tensor or 128x128 block scales')
-    .option('--layout <layout>', "hf (the checkpoint's names) or vllm (fused qkv_proj, gate_up_proj)", 'hf')
-    .option(
-      '--memory-mb <mb>',
-      'memory budget for read buffers and outputs being built',
-      String(MEMORY_BYTES_DEFAULT / MiB),
-    )
-    .option(
-      '--concurrency <n>',
-      'ranged reads in flight (1: byte-for-byte reproducible part files)',
-      String(CONCURRENCY_DEFAULT),
-    )
-    .option(
-      '--manifest <file>',
-      "verify every byte read against the source's manifest (else the origin is trusted)",
-    )
-    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option('--no-output-manifest', 'skip the weightcast manifest of the output directory')
-    .option('--json', 'one JSON summary on stdout');
-  // Tests split parts at a few KiB; nobody else needs to see the knob.
-  command.addOption(
-    command.createOption('--part-mb <mb>', 'tensor MiB per part file (default 5 GiB)').hideHelp(),
-  );
-  command.action(async (src: string, flags: PreshardFlags) =>
-    setExitCode(await preshardCommand(src, flags, io)),
-  );
-};
 
 export async function preshardCommand(src: string, flags: PreshardFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

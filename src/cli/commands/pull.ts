@@ -1,35 +1,19 @@
-/** `weightcast pull SRC --to DIR`: a verified, resumable, memory-bounded download of a model. */
+/**
+ * `weightcast pull SRC --to DIR`: which pull this is, and the pulls through the swarm. The pull from
+ * the origin itself is in pull-origin.ts; each route imports only what it runs, since on a host
+ * with an agent the pull process is one of many started at once.
+ */
 
-import type { Command } from 'commander';
-import { isWeightcastError, type ErrorCode } from '../../errors.js';
-import { loadManifest, type Manifest } from '../../manifest/manifest.js';
-import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
-import {
-  formatBytes,
-  formatRate,
-  formatSeconds,
-  parseByteSize,
-  parseMbps,
-  parsePositiveInt,
-} from '../../util/units.js';
-import { reportError, type CliIo } from '../io.js';
-import { createProgress, type Progress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { openSource, serviceUrlFlag, withTokenOption } from './shared.js';
-import { agentPull, swarmPull } from '../../swarm/swarm-pull.js';
 import { WeightcastError } from '../../errors.js';
-import { openSeedSource } from '../../seed/read/open.js';
+import { open } from 'node:fs/promises';
+import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
+import { reportError, type CliIo } from '../io.js';
+import { createProgress } from '../progress.js';
+import { serviceUrlFlag } from './service-url.js';
+import type { AgentPlacement } from '../../swarm/agent-pull.js';
+import { findLocalAgent } from '../../swarm/local-agent.js';
 
-/** Failures after which running the same pull again makes progress. */
-const RESUMABLE_CODES = new Set<ErrorCode>([
-  'ABORTED',
-  'ORIGIN_RETRIES_EXHAUSTED',
-  'ORIGIN_TIMEOUT',
-  'ORIGIN_SHORT_READ',
-  'PIECE_HASH_MISMATCH',
-]);
-
-interface PullFlags {
+export interface PullFlags {
   to: string;
   manifest?: string;
   digest?: string;
@@ -39,7 +23,9 @@ interface PullFlags {
   token?: string;
   json?: boolean;
   scheduler?: string;
-  agent?: string;
+  /** A URL; false with --no-agent. */
+  agent?: string | false;
+  link?: boolean;
   listen?: string;
   advertise?: string;
   uploadMbps?: string;
@@ -47,164 +33,87 @@ interface PullFlags {
   seeds?: string;
 }
 
-/** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
-const SEED_READS_PER_NODE = 4;
-const SEED_READS_MAX = 64;
-
-export const registerPull: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  withTokenOption(program.command('pull'))
-    .description('Download a model with every piece verified; resumes where it stopped')
-    .argument('<src>', 'model directory, file:// or http(s):// URL')
-    .requiredOption('--to <dir>', 'destination directory')
-    .option('--manifest <file>', 'verify against this manifest (without it the origin is trusted)')
-    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option(
-      '--concurrency <n>',
-      `pieces fetched at once (default ${CONCURRENCY_DEFAULT}; with --seeds ${SEED_READS_PER_NODE} per seed node)`,
-    )
-    .option(
-      '--memory-mb <mb>',
-      'memory budget for pieces in flight',
-      String(MEMORY_BYTES_DEFAULT / 1024 / 1024),
-    )
-    .option('--piece-size <size>', 'piece size when no manifest is given (default 16MiB)')
-    .option('--scheduler <url>', 'join the swarm of this scheduler (this pull serves peers while it runs)')
-    .option('--agent <url>', 'fetch through the swarm agent running on this machine, then copy out')
-    .option(
-      '--seeds <url>',
-      "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
-    )
-    .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
-    .option('--advertise <url>', 'with --scheduler: the URL peers use to reach this pull')
-    .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
-    .option('--download-mbps <mbit/s>', 'with --scheduler: cap on what this pull receives')
-    .option('--json', 'JSON lines on stdout')
-    .action(async (src: string, flags: PullFlags) =>
-      setExitCode(
-        await (flags.scheduler !== undefined || flags.agent !== undefined
-          ? swarmPullCommand(src, flags, io)
-          : pullCommand(src, flags, io)),
-      ),
-    );
-};
-
-export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
-  const json = flags.json === true;
-  const progress = createProgress(io, 'pulling', json);
+/**
+ * Which pull this is: in-process swarm (--scheduler), seed tier (--seeds), through an agent (--agent,
+ * or the agent found on this machine), or straight from the origin. A pull with a manifest goes
+ * through a local agent when one is running, as dfget goes through dfdaemon; without a manifest it
+ * cannot (peers are trusted only for bytes a manifest names) and says so.
+ */
+export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  if (flags.scheduler !== undefined || typeof flags.agent === 'string')
+    return swarmPullCommand(src, flags, io);
+  if (flags.agent === false || flags.seeds !== undefined) return pullFromOrigin(src, flags, io);
+  let found;
   try {
-    const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * 1024 * 1024;
-    const pieceSize =
-      flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
-    let manifest: Manifest | undefined;
-    if (flags.manifest !== undefined) {
-      manifest = await loadManifest(flags.manifest, {
-        signal: io.signal,
-        ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
-      });
-    }
-    const seeded =
-      flags.seeds === undefined ? undefined : await openSeedSource(src, flags.seeds, manifest, io.signal);
-    manifest = seeded?.manifest ?? manifest;
-    // From the seed tier every node's link is a path of its own: keep a few reads on each.
-    const concurrency =
-      flags.concurrency !== undefined
-        ? parsePositiveInt(flags.concurrency, '--concurrency')
-        : seeded !== undefined
-          ? Math.min(SEED_READS_MAX, SEED_READS_PER_NODE * seeded.origin.primaryNodes)
-          : CONCURRENCY_DEFAULT;
-    const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
-    const origin =
-      seeded?.origin ??
-      openSource(src, { ...flags, connections: concurrency, ...(files ? { files } : {}) }, progress);
-    const started = performance.now();
-    try {
-      const result = await pull(origin, flags.to, {
-        concurrency,
-        memoryBytes,
-        signal: io.signal,
-        onEvent: (event) => onPullEvent(event, progress, io, json),
-        ...(manifest !== undefined ? { manifest } : {}),
-        ...(pieceSize !== undefined ? { pieceSize } : {}),
-      });
-      progress.finish();
-      const seconds = (performance.now() - started) / 1000;
-      const summary = {
-        event: 'done',
-        verified: !result.trust,
-        trustedOrigin: result.trust,
-        digest: result.manifestDigest,
-        files: result.manifest.files.length,
-        bytes: result.bytesTotal,
-        bytesFetched: result.bytesFetched,
-        piecesFetched: result.piecesFetched,
-        piecesReused: result.piecesReused,
-        piecesRejected: result.piecesRejected,
-        seconds,
-        bytesPerSecond: seconds > 0 ? Math.round(result.bytesFetched / seconds) : null,
-        // maxRSS is in kilobytes: the peak resident memory of this process so far.
-        peakRssBytes: process.resourceUsage().maxRSS * 1024,
-        to: flags.to,
-      };
-      if (json) io.stdout(JSON.stringify(summary) + '\n');
-      else {
-        const check = result.trust
-          ? 'every piece hashed; checked against a manifest built from the origin itself (the origin is trusted)'
-          : 'every piece verified against the manifest';
-        io.stdout(
-          `pulled ${result.manifest.files.length} files, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
-            `(${formatRate(result.bytesFetched, seconds)} fetched; ${result.piecesReused} pieces reused, ${result.piecesRejected} rejected)\n` +
-            `${check}\nmodel ${result.manifestDigest}\n`,
-        );
-      }
-      return 0;
-    } finally {
-      await origin.close();
-    }
+    found = await findLocalAgent(process.env, io.signal);
   } catch (error) {
-    progress.finish();
-    const code = reportError(io, error, json);
-    if (!json && isWeightcastError(error) && RESUMABLE_CODES.has(error.code)) {
-      io.stderr('weightcast: verified pieces are kept; run the same command again to continue\n');
-    }
-    return code;
+    return reportError(io, error, flags.json === true);
+  }
+  if (!found.found) return pullFromOrigin(src, flags, io);
+  if (flags.manifest === undefined) {
+    io.stderr(
+      `weightcast: an agent is running at ${found.url}, but going through it needs --manifest (peers are trusted only for bytes a manifest names); pulling from the origin directly\n`,
+    );
+    return pullFromOrigin(src, flags, io);
+  }
+  if (flags.json !== true) {
+    const how = found.via === 'env' ? '$WEIGHTCAST_AGENT' : 'found on this host';
+    io.stderr(`weightcast: pulling through the agent at ${found.url} (${how}; --no-agent to skip it)\n`);
+  }
+  return swarmPullCommand(src, { ...flags, agent: found.url }, io);
+}
+
+async function pullFromOrigin(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  const { pullCommand } = await import('./pull-origin.js');
+  return pullCommand(src, flags, io);
+}
+
+/** One word for how a pull through an agent got its files to the destination (JSON `placed`). */
+function describePlacement(placement: AgentPlacement): string {
+  if (placement.how === 'direct') return 'direct';
+  if (placement.how === 'verified-copy') return 'verified-copy';
+  const { methods } = placement.result;
+  // The weakest method that placed any file names the whole: one copied file means it was copied.
+  return methods.copy > 0 ? 'copy' : methods.link > 0 ? 'link' : 'reflink';
+}
+
+function placementLine(placed: string): string {
+  switch (placed) {
+    case 'direct':
+      return 'the agent wrote the files here directly (no copy)';
+    case 'reflink':
+      return "placed from the agent's cache by reflink (shared blocks, copy-on-write; no copy)";
+    case 'link':
+      return "hard-linked from the agent's cache (the files are the agent's too: do not modify them)";
+    case 'copy':
+      return "copied from the agent's cache by the kernel (no reflinks on this file system; not hashed again)";
+    default:
+      return "copied from the agent's files (or kept where already here) with every piece verified again";
   }
 }
 
-function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: boolean): void {
-  const line = (text: string, data: object): void => {
-    if (json) io.stdout(JSON.stringify({ event: event.type, ...data }) + '\n');
-    else progress.log(text);
-  };
-  switch (event.type) {
-    case 'plan':
-      if (event.trust) {
-        line(
-          'weightcast: no --manifest given: pieces are hashed but can only be checked against the origin itself (this trusts the origin)',
-          event,
-        );
-      }
-      if (event.piecesReused > 0)
-        line(
-          `weightcast: resuming: ${event.piecesReused} of ${event.piecesTotal} pieces already verified`,
-          event,
-        );
-      else if (json) line('', event);
-      break;
-    case 'state-discarded':
-      line(`weightcast: discarding an unrelated partial download: ${event.reason}`, event);
-      break;
-    case 'piece-rejected':
-      line(
-        `weightcast: rejected ${event.path} piece ${event.piece} (attempt ${event.attempt}): ${event.reason}`,
-        event,
-      );
-      break;
-    case 'progress':
-      progress.update(event.bytesDone, event.bytesTotal);
-      break;
-    case 'file-complete':
-      if (json) line('', event);
-      break;
+/** A manifest file's bytes, as the agent is given them (it parses them; this process need not). */
+async function readManifestFile(path: string, signal: AbortSignal | undefined): Promise<Buffer> {
+  try {
+    const handle = await open(path, 'r');
+    try {
+      const { size } = await handle.stat();
+      if (size > MANIFEST_FILE_BYTES_MAX)
+        throw new WeightcastError('MANIFEST_TOO_LARGE', `${path} is over ${MANIFEST_FILE_BYTES_MAX} bytes`, {
+          file: path,
+        });
+      return await handle.readFile(signal === undefined ? {} : { signal });
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    if (error instanceof WeightcastError) throw error;
+    throw new WeightcastError(
+      'IO',
+      `cannot read manifest ${path}: ${(error as Error).message}`,
+      { file: path },
+      { cause: error },
+    );
   }
 }
 
@@ -217,26 +126,26 @@ function parseListen(text: string): { host: string; port: number } {
   return { host: (match[1] as string).replace(/^\[(.*)\]$/, '$1'), port };
 }
 
+/** Larger than any manifest the agent's join accepts (its JSON body limit). */
+const MANIFEST_FILE_BYTES_MAX = 64 * 1024 * 1024;
+
 /** `pull --scheduler` (in-process swarm host) and `pull --agent` (through the local agent). */
 async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
   const progress = createProgress(io, 'pulling', json);
   try {
-    if (flags.scheduler !== undefined && flags.agent !== undefined) {
+    if (flags.scheduler !== undefined && typeof flags.agent === 'string') {
       throw new WeightcastError('USAGE', 'give --scheduler or --agent, not both');
     }
     if (flags.scheduler !== undefined) serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
-    if (flags.agent !== undefined) serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7001');
+    if (typeof flags.agent === 'string') serviceUrlFlag(flags.agent, '--agent', 'http://127.0.0.1:7100');
     if (flags.manifest === undefined) {
       throw new WeightcastError(
         'SWARM_NEEDS_MANIFEST',
         'a swarm pull needs --manifest: peers are only trusted for bytes that match it',
       );
     }
-    const manifest = await loadManifest(flags.manifest, {
-      signal: io.signal,
-      ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
-    });
+    const manifestPath = flags.manifest;
     const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
     const started = performance.now();
     const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void =>
@@ -247,10 +156,18 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         status.totalBytes,
       );
     let summary: Record<string, unknown>;
+    let fileCount: number;
     if (flags.scheduler !== undefined) {
+      const { loadManifest } = await import('../../manifest/manifest.js');
+      const manifest = await loadManifest(manifestPath, {
+        signal: io.signal,
+        ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+      });
+      fileCount = manifest.files.length;
       const listen = parseListen(flags.listen ?? '127.0.0.1:0');
       const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
       const download = parseMbps(flags.downloadMbps, '--download-mbps');
+      const { swarmPull } = await import('../../swarm/swarm-pull.js');
       const result = await swarmPull(src, flags.to, {
         manifest,
         schedulerUrl: flags.scheduler,
@@ -273,27 +190,35 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       });
       summary = { ...result };
     } else {
-      const { status } = await agentPull(src, flags.to, {
-        manifest,
+      const { agentPull } = await import('../../swarm/agent-pull.js');
+      const { status, placement } = await agentPull(src, flags.to, {
+        manifestBytes: await readManifestFile(manifestPath, io.signal),
+        manifestName: manifestPath,
+        ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
         agentUrl: flags.agent as string,
         signal: io.signal,
         onProgress,
-        onAgentComplete: () => {
+        ...(flags.link === true ? { place: 'link' as const } : {}),
+        onAgentComplete: (status) => {
           const seconds = (performance.now() - started) / 1000;
           if (json) io.stdout(JSON.stringify({ event: 'agent-complete', seconds }) + '\n');
-          else
-            progress.log(
-              `weightcast: the agent holds the verified model after ${formatSeconds(seconds)}; copying it out`,
-            );
+          else if (status.filesAt !== 'destination' || status.filesDir === undefined)
+            progress.log(`weightcast: the agent holds the verified model after ${formatSeconds(seconds)}`);
         },
+        onDestinationRefused: (reason) =>
+          progress.log(
+            `weightcast: the agent cannot write into ${flags.to} (${reason}); copying the files out instead`,
+          ),
         ...(token === undefined || token === '' ? {} : { token }),
       });
+      fileCount = status.fileCount;
       summary = {
         manifestDigest: `sha256:${status.model}`,
         bytesTotal: status.totalBytes,
         originBytes: status.originBytes,
         peerBytes: status.peerBytes,
         corruptPieces: status.corruptPieces,
+        placed: describePlacement(placement),
       };
     }
     progress.finish();
@@ -302,10 +227,12 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       io.stdout(JSON.stringify({ event: 'done', verified: true, seconds, to: flags.to, ...summary }) + '\n');
     else {
       io.stdout(
-        `pulled ${manifest.files.length} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
+        `pulled ${fileCount} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
           `${formatBytes(Number(summary['originBytes']))} from the origin, ${formatBytes(Number(summary['peerBytes']))} from peers` +
-          (flags.agent !== undefined ? ' (by the agent)' : '') +
-          `; every piece verified against the manifest\nmodel ${String(summary['manifestDigest'])}\n`,
+          (typeof flags.agent === 'string' ? ' (by the agent)' : '') +
+          `; every piece verified against the manifest\n` +
+          (summary['placed'] === undefined ? '' : `${placementLine(summary['placed'] as string)}\n`) +
+          `model ${String(summary['manifestDigest'])}\n`,
       );
     }
     return 0;

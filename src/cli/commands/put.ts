@@ -1,6 +1,5 @@
 /** `weightcast put SRC --scheduler URL`: loads a model into the seed tier, placed by policy. */
 
-import type { Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
 import { buildManifest } from '../../manifest/build.js';
 import { loadManifest, manifestDigest, type Manifest } from '../../manifest/manifest.js';
@@ -9,10 +8,9 @@ import { putModel } from '../../seed/put/put.js';
 import { formatBytes, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
-import { openSource, withTokenOption } from './shared.js';
+import { openSource } from './shared.js';
 
-interface PutFlags {
+export interface PutFlags {
   scheduler: string;
   placement: string;
   replicas: string;
@@ -24,25 +22,6 @@ interface PutFlags {
   token?: string;
   json?: boolean;
 }
-
-export const registerPut: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  withTokenOption(program.command('put'))
-    .description('Load a model into the seed tier, placing its pieces over the seed nodes by policy')
-    .argument('<src>', 'model directory, file:// or http(s):// URL')
-    .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog (started with --catalog)')
-    .option('--placement <policy>', `${PLACEMENT_POLICIES.join(' | ')}`, 'round-robin')
-    .option('--replicas <r>', 'extra copies of every piece beyond the primary', '0')
-    .option('--manifest <file>', 'the model manifest (without it one is built from the origin, trusting it)')
-    .option(
-      '--piece-size <size>',
-      'piece size when no manifest is given (default: at least 512 pieces, within 256KiB-16MiB)',
-    )
-    .option('--concurrency <n>', 'pieces read from the origin at once', '4')
-    .option('--node-uploads <n>', 'uploads to one seed node at once', '2')
-    .option('--seed <n>', 'seed of the balanced placement tie-breaks', '1')
-    .option('--json', 'JSON lines on stdout')
-    .action(async (src: string, flags: PutFlags) => setExitCode(await putCommand(src, flags, io)));
-};
 
 export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

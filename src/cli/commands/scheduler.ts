@@ -1,17 +1,14 @@
 /** `weightcast scheduler --port P`: runs the swarm scheduler until Ctrl-C. */
 
-import type { Command } from 'commander';
 import { WeightcastError } from '../../errors.js';
-import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/swarm-service.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { hedgeTailOption, parseHedgeTail, parseRingParents, ringParentsOption } from '../swarm-flags.js';
-import { CatalogStore } from '../../seed/catalog/store.js';
-import { catalogRoutes } from '../../seed/catalog/routes.js';
-import type { RegisterCommand } from './index.js';
+import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
+import type { CatalogRoutes } from '../../seed/catalog/routes.js';
+import type { CatalogStore } from '../../seed/catalog/store.js';
 
-interface SchedulerFlags {
+export interface SchedulerFlags {
   port: string;
   host: string;
   originReaders: string;
@@ -25,50 +22,16 @@ interface SchedulerFlags {
   json?: boolean;
 }
 
-export const registerScheduler: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  const command = program
-    .command('scheduler')
-    .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
-    .option('--port <port>', 'port to listen on (0 = any)', '7000')
-    .option('--host <address>', 'address to listen on', '127.0.0.1')
-    .option(
-      '--origin-readers <k>',
-      'transfers allowed to read the origin at once',
-      String(SWARM_SERVICE_DEFAULTS.originReaders),
-    )
-    .option(
-      '--downloads <n>',
-      'pieces each host downloads at once',
-      String(SWARM_SERVICE_DEFAULTS.downloadsPerHost),
-    )
-    .option(
-      '--uploads <n>',
-      'pieces each host uploads at once',
-      String(SWARM_SERVICE_DEFAULTS.uploadsPerHost),
-    )
-    .option(
-      '--host-timeout-ms <ms>',
-      'drop an agent not heard from for this long',
-      String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
-    )
-    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
-  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
-  hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
-    .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
-    .option('--json', 'events as JSON lines on stdout')
-    .action(async (flags: SchedulerFlags) => setExitCode(await schedulerCommand(flags, io)));
-};
-
-async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<number> {
+export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
   try {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
-    const catalog = flags.catalog === undefined ? undefined : await CatalogStore.open(flags.catalog);
+    const catalog = flags.catalog === undefined ? undefined : await openCatalog(flags.catalog);
     const scheduler = await startScheduler({
-      ...(catalog === undefined ? {} : { catalog: catalogRoutes(catalog) }),
+      ...(catalog === undefined ? {} : { catalog: catalog.routes }),
       host: flags.host,
       port,
       originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
@@ -89,9 +52,19 @@ async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promise<numbe
     });
     await serveUntilInterrupted(io, json, 'scheduler', { url: scheduler.url });
     await scheduler.close();
-    await catalog?.close();
+    await catalog?.store.close();
     return 0;
   } catch (error) {
     return reportError(io, error, json);
   }
+}
+
+/** `--catalog DIR`: the seed tier's catalog, whose code a scheduler without one never loads. */
+async function openCatalog(dir: string): Promise<{ store: CatalogStore; routes: CatalogRoutes }> {
+  const [{ CatalogStore }, { catalogRoutes }] = await Promise.all([
+    import('../../seed/catalog/store.js'),
+    import('../../seed/catalog/routes.js'),
+  ]);
+  const store = await CatalogStore.open(dir);
+  return { store, routes: catalogRoutes(store) };
 }

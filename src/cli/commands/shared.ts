@@ -1,9 +1,6 @@
 /** Option handling shared by the commands that read from an origin or talk to a swarm service. */
 
-import { WeightcastError } from '../../errors.js';
-import { httpUrl } from '../../util/http-url.js';
 import { openOrigin } from '../../origin/open.js';
-import type { Command } from 'commander';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
 import type { Progress } from '../progress.js';
 
@@ -26,27 +23,4 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
         `weightcast: retrying ${info.path} in ${Math.round(info.delayMs)} ms (attempt ${info.attempt}): ${info.reason}`,
       ),
   });
-}
-
-/** The `--token` option every origin-reading command takes. */
-export function withTokenOption(command: Command): Command {
-  return command.option(
-    '--token <token>',
-    'bearer token for HTTP origins (default: $WEIGHTCAST_TOKEN or $HF_TOKEN)',
-  );
-}
-
-/**
- * A URL flag naming a weightcast service (--scheduler, --agent, --advertise): an http(s) URL, or a
- * USAGE error that says what was given. Without this check a typo surfaced later as an unreachable
- * scheduler, and an agent ran on without one.
- */
-export function serviceUrlFlag(text: string, flag: string, example: string): string {
-  if (httpUrl(text) === undefined) {
-    throw new WeightcastError(
-      'USAGE',
-      `${flag} must be an http(s) URL such as ${example}, got ${JSON.stringify(text)}`,
-    );
-  }
-  return text;
 }

@@ -1,15 +1,12 @@
 /** `weightcast sim`: the swarm scheduling core in the deterministic simulator, against the fluid bound. */
 
-import type { Command } from 'commander';
 import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
-import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../swarm/core/index.js';
-import { hedgeTailOption, parseHedgeTail, parseRingParents, ringParentsOption } from '../swarm-flags.js';
+import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
-import type { RegisterCommand } from './index.js';
 import { WeightcastError } from '../../errors.js';
 
-interface SimFlags {
+export interface SimFlags {
   hosts: string;
   sizeGb: string;
   pieceMb: string;
@@ -27,34 +24,6 @@ interface SimFlags {
   ringParents: string;
   json?: boolean;
 }
-
-export const registerSim: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  const command = program
-    .command('sim')
-    .description(
-      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
-    )
-    .option('--hosts <n>', 'hosts that want the model', '100')
-    .option('--size-gb <gb>', 'model size in GB (10^9 bytes)', '10')
-    .option('--piece-mb <mb>', 'piece size in MiB', '16')
-    .option('--host-mbps <mbps>', 'each host’s upload and download, Mbit/s', '10000')
-    .option('--origin-mbps <mbps>', 'the origin’s upload, Mbit/s', '10000')
-    .option('--racks <n>', 'spread hosts over this many racks (0: none)', '0')
-    .option(
-      '--rack-uplink-mbps <mbps>',
-      'capacity of each rack uplink, each direction, Mbit/s (default: unconstrained)',
-    )
-    .option('--latency-ms <ms>', 'request latency before a transfer’s first byte', '0.5')
-    .option('--fail-hosts <n>', 'hosts that fail during the run', '0')
-    .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
-    .option('--downloads <n>', 'pieces a host downloads at once', '4')
-    .option('--uploads <n>', 'pieces a host uploads at once', '4')
-    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)');
-  hedgeTailOption(command, HEDGE_TAIL_PIECES_DEFAULT);
-  ringParentsOption(command, RING_PARENTS_DEFAULT)
-    .option('--json', 'print one JSON object')
-    .action((flags: SimFlags) => setExitCode(simCommand(flags, io)));
-};
 
 function numberFlag(text: string, what: string, minimum: number): number {
   const value = Number(text);

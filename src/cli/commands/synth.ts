@@ -10,9 +10,8 @@ import { invalidOptions, type ModelDims } from '../../synth/architectures.js';
 import { parseArch, parseDtype, type SynthOptions } from '../../synth/plan.js';
 import { synthesizeModel, type SynthProgress, type SynthResult } from '../../synth/synth.js';
 import { EXIT_OK, EXIT_USAGE, reportError, type CliIo } from '../io.js';
-import type { RegisterCommand } from './index.js';
 
-interface SynthFlags {
+export interface SynthFlags {
   to: string;
   arch: string;
   dtype: string;
@@ -29,30 +28,6 @@ interface SynthFlags {
 
 const MIB = 1024 * 1024;
 const PROGRESS_INTERVAL_MS = 200;
-
-export const registerSynth: RegisterCommand = (program, io, setExitCode) => {
-  program
-    .command('synth')
-    .description('Write a synthetic checkpoint (Hugging Face layout, deterministic from a seed)')
-    .requiredOption('--to <dir>', 'directory to write into (created if missing)')
-    .option('--arch <arch>', 'llama, qwen2-moe or deepseek-v3', 'llama')
-    .option('--dtype <dtype>', 'bf16, f16, f32 or f8_e4m3', 'bf16')
-    .option(
-      '--size-mb <mb>',
-      'total tensor size in MiB; dimensions not given are chosen to match (default 64)',
-    )
-    .option('--layers <n>', 'number of decoder layers')
-    .option('--hidden <n>', 'hidden size')
-    .option('--experts <n>', 'routed experts per MoE layer (qwen2-moe, deepseek-v3)')
-    .option('--heads <n>', 'attention heads')
-    .option('--vocab <n>', 'vocabulary size')
-    .option('--shards <n>', 'number of safetensors shards (default: about 2 GiB each)')
-    .option('--seed <n>', 'seed for the tensor contents', '0')
-    .option('--json', 'print one JSON object instead of a summary')
-    .action(async (flags: SynthFlags) => {
-      setExitCode(await runSynth(flags, io));
-    });
-};
 
 export async function runSynth(flags: SynthFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

@@ -1,29 +1,16 @@
 /** `weightcast verify DIR --manifest FILE`: which files and pieces of a local copy are bad. */
 
-import type { Command } from 'commander';
 import { loadManifest } from '../../manifest/manifest.js';
 import { verifyDirectory } from '../../manifest/verify.js';
 import { formatBytes } from '../../util/units.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
-import type { RegisterCommand } from './index.js';
 
-interface VerifyFlags {
+export interface VerifyFlags {
   manifest: string;
   digest?: string;
   json?: boolean;
 }
-
-export const registerVerify: RegisterCommand = (program: Command, io: CliIo, setExitCode) => {
-  program
-    .command('verify')
-    .description('Check a local copy against a manifest; lists bad files and pieces')
-    .argument('<dir>', 'directory holding the model files')
-    .requiredOption('--manifest <file>', 'manifest to check against')
-    .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
-    .option('--json', 'print a JSON report')
-    .action(async (dir: string, flags: VerifyFlags) => setExitCode(await verifyCommand(dir, flags, io)));
-};
 
 export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;

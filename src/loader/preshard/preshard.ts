@@ -54,6 +54,7 @@ import {
 } from './manifest.js';
 import { OUTPUT_MANIFEST_NAME, PRESHARD_MANIFEST_NAME, RANK_PART_PATTERN } from './naming.js';
 import { checkMemory, planReadUnits, type MemoryPlan, type ReadUnits, type StagedUnit } from './units.js';
+import { pieceDigest } from '../../piece/verify.js';
 
 const CONFIG_FILE = 'config.json';
 /** Config and tokenizer files are small; past this a file is not one. */
@@ -344,7 +345,7 @@ function checkPieces(model: ModelSource, path: string, bytes: Buffer): void {
   if (pieces === undefined || pieceSize === undefined) return;
   for (const [index, expected] of pieces.entries()) {
     const piece = bytes.subarray(index * pieceSize, (index + 1) * pieceSize);
-    const actual = createHash('sha256').update(piece).digest('hex');
+    const actual = pieceDigest(piece);
     if (actual !== expected) {
       throw new WeightcastError(
         'PIECE_HASH_MISMATCH',

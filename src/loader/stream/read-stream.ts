@@ -36,13 +36,13 @@ import { availableParallelism } from 'node:os';
 import { WeightcastError, abortError, assert } from '../../errors.js';
 import type { Origin } from '../../origin/origin.js';
 import { ArenaAllocator } from './arena.js';
+import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
 import { ArenaHashPool } from './hash-pool.js';
 import { planReads, type PlannedGroup, type PlannedItem, type PlannedRead, type ReadPlan } from './plan.js';
 import type { ByteRange, Delivered, ModelFile, ReadRequest, StreamStats } from './types.js';
 
 const MiB = 1024 * 1024;
-export const MEMORY_BYTES_DEFAULT = 512 * MiB;
-export const CONCURRENCY_DEFAULT = 4;
+export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const FILES_ACTIVE_MAX_DEFAULT = 4;
 export const READ_BYTES_DEFAULT = 8 * MiB;
 export const PIECE_RETRIES_DEFAULT = 2;

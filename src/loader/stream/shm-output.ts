@@ -15,13 +15,14 @@
 import { planSafetensorsLayout, type SafetensorsLayout } from '../../format/safetensors-writer.js';
 import { WeightcastError } from '../../errors.js';
 import type { ModelSource } from './model-source.js';
+import { SHM_ROOT_DEFAULT } from './defaults.js';
 import { OutputFiles } from './output-files.js';
 import type { LoadTag, RequestChoice } from './requests.js';
 import type { Delivered } from './types.js';
 import { WritePipeline } from './write-pipeline.js';
 
 export const SHM_REQUESTS: RequestChoice = { headers: false, otherFiles: true };
-export const SHM_ROOT_DEFAULT = '/dev/shm/weightcast';
+export { SHM_ROOT_DEFAULT };
 
 export class ShmOutput {
   private readonly files: OutputFiles;

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { WeightcastError } from '../../errors.js';
 import type { Manifest } from '../../manifest/manifest.js';
 import { SeedOrigin } from '../read/seed-origin.js';
+import { pieceDigest } from '../../piece/verify.js';
 
 export interface FileHash {
   path: string;
@@ -50,7 +51,7 @@ export async function tierFileHashes(
           inFlight.push(pending);
         }
         const bytes = await (inFlight.shift() as Promise<Buffer>);
-        if (createHash('sha256').update(bytes).digest('hex') !== file.pieces[consumed]) badPieces++;
+        if (pieceDigest(bytes) !== file.pieces[consumed]) badPieces++;
         hash.update(bytes);
       }
       out.push({ path: file.path, size: file.size, sha256: hash.digest('hex'), badPieces });

@@ -16,13 +16,14 @@
  * one by one, which one file per piece makes a single unlink, and makes a put one atomic rename.
  */
 
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { syncDirectory, writeDurably } from '../catalog/store.js';
+import { pieceDigest, verifyPiece } from '../../piece/verify.js';
 
 export type StoreResult = 'stored' | 'duplicate';
 
@@ -109,7 +110,7 @@ export class SeedPieceStore {
   async put(hex: string, piece: number, bytes: Uint8Array): Promise<StoreResult> {
     const model = this.model(hex);
     const where = locate(model, piece);
-    if (bytes.length !== where.length || sha256(bytes) !== where.digest) {
+    if (!verifyPiece(bytes, where)) {
       throw new WeightcastError(
         'SEED_VERIFY_FAILED',
         `piece ${piece} of model ${hex.slice(0, 12)}: the bytes do not match the manifest`,
@@ -161,7 +162,7 @@ export class SeedPieceStore {
     const where = locate(model, piece);
     if (!model.held.has(piece)) return { ok: false, digest: '' };
     const bytes = await readFile(this.piecePath(hex, piece)).catch(() => Buffer.alloc(0));
-    const digest = sha256(bytes);
+    const digest = pieceDigest(bytes);
     const ok = bytes.length === where.length && digest === where.digest;
     if (!ok) await this.remove(hex, piece);
     return { ok, digest };
@@ -234,8 +235,4 @@ function locate(model: ModelPieces, piece: number): { length: number; digest: st
   }
   const where = model.map.locate(piece);
   return { length: where.length, digest: where.digest };
-}
-
-function sha256(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
 }

@@ -10,11 +10,10 @@
  * every piece is the map committed to the catalog, so a map never names a copy that is not there.
  */
 
-import { createHash } from 'node:crypto';
 import { WeightcastError, throwIfAborted } from '../../errors.js';
 import { manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import type { Origin } from '../../origin/origin.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { CatalogClient } from '../catalog/client.js';
 import { pieceSizes } from '../catalog/store.js';
 import { Semaphore, runPool } from '../limits.js';
@@ -22,6 +21,7 @@ import { SeedNodeClient } from '../node/client.js';
 import { compareNames } from '../plan/layout.js';
 import { placePieces, type PlacementPolicy } from '../plan/index.js';
 import type { ModelSnapshot } from '../wire.js';
+import { verifyPiece } from '../../piece/verify.js';
 
 export interface PutOptions {
   schedulerUrl: string;
@@ -148,7 +148,7 @@ async function readVerified(options: PutOptions, map: PieceMap, piece: number): 
       buffer,
       options.signal ? { signal: options.signal } : {},
     );
-    if (createHash('sha256').update(buffer).digest('hex') === where.digest) return buffer;
+    if (verifyPiece(buffer, where)) return buffer;
     options.onEvent?.({ type: 'piece-rejected', piece, attempt });
   }
   throw new WeightcastError(

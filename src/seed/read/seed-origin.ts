@@ -13,7 +13,7 @@ import { WeightcastError, isWeightcastError, throwIfAborted } from '../../errors
 import type { Manifest } from '../../manifest/manifest.js';
 import { HttpOrigin } from '../../origin/http.js';
 import type { Origin, OriginCallOptions, OriginEntry } from '../../origin/origin.js';
-import { PieceMap } from '../../swarm/piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { CatalogClient } from '../catalog/client.js';
 import type { ModelSnapshot } from '../wire.js';
 

@@ -5,9 +5,18 @@
  *  - the local API for the same machine (`/v1/local/...`): join a model, ask its progress, and read
  *    its files by byte range, a read blocking until the pieces under it are verified and marking
  *    them urgent (lazy loading).
- * Each joined model is a SwarmMember over a PieceStore in `<cache>/<model hex>/`. The job (source
- * and manifest) is saved there too, so an agent restarted on the same cache resumes every model with
- * the pieces it already verified.
+ * Each joined model is a SwarmMember over a PieceStore whose state is in `<cache>/<model hex>/`. The
+ * job (source, manifest, destination) is saved there too, so an agent restarted on the same cache
+ * resumes every model with the pieces it already verified.
+ *
+ * Where the files go: a join that names a destination (`to`, what `weightcast pull --to DIR` asks
+ * for) has the model's pieces written straight into that directory: partial files under
+ * `DIR/.weightcast/agent/`, each renamed to its final name once every piece of it is verified and
+ * synced, and served to peers from there. A model is written once, however it reaches the user. A
+ * join without a destination keeps the files in `<cache>/<hex>/files/`.
+ *
+ * An agent listening on a non-loopback address also answers the local API on 127.0.0.1 at the same
+ * port, so a pull on the host finds it without being told where it is.
  */
 
 import { randomBytes } from 'node:crypto';
@@ -15,21 +24,21 @@ import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { isAbsolute, join } from 'node:path';
 import { z } from 'zod';
-import { WeightcastError } from '../../errors.js';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
 import { Throttle } from '../../util/throttle.js';
-import { PieceMap } from '../piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
 import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { PEER_WIRE_PATH } from '../wire/peer-frames.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
-import { PieceStore, type PieceStoreOptions } from './piece-store.js';
+import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
 
 export interface AgentOptions {
@@ -68,18 +77,25 @@ export interface AgentOptions {
 export type AgentEvent =
   | { type: 'joined'; model: string; pieces: number; held: number }
   | ({ model: string } & MemberEvent)
-  | { type: 'resume-failed'; model: string; reason: string };
+  | { type: 'resume-failed'; model: string; reason: string }
+  | { type: 'loopback-unavailable'; reason: string };
 
 export interface JoinOptions {
   source: string;
   manifest: Manifest;
   token?: string;
+  /**
+   * The directory the user wants the model in (absolute). A model this agent has not joined yet is
+   * written there directly; one it already holds elsewhere stays where it is (see `filesAt`).
+   */
+  to?: string;
   /** Where the model's pieces go; default `<cache>/<hex>/files`, state in `<cache>/<hex>/`. */
   store?: PieceStoreOptions;
 }
 
 export interface ModelStatus {
   model: string;
+  fileCount: number;
   pieceCount: number;
   held: number;
   heldBytes: number;
@@ -92,13 +108,22 @@ export interface ModelStatus {
   registered: boolean;
   /**
    * Once complete: the directory holding the verified files on this machine, so a pull on the same
-   * host can read them from disk instead of through the local API.
+   * host can place them (or read them) from disk instead of through the local API.
    */
   filesDir?: string;
+  /**
+   * Whose directory `filesDir` is: the agent's own cache (nobody else writes there, so a copy needs
+   * no second hash) or a destination a join named (the user's, who may have changed it since).
+   */
+  filesAt?: 'cache' | 'destination';
+  /** Why the model stopped on this host (a disk that cannot take its pieces); nothing more is fetched. */
+  failed?: { code: string; message: string };
 }
 
 interface Joined {
   hex: string;
+  /** The destination the model is written into, when its join named one. */
+  to: string | undefined;
   map: PieceMap;
   store: PieceStore;
   origin: Origin;
@@ -117,7 +142,12 @@ const joinSchema = z.object({
   /** Canonical manifest JSON. */
   manifest: z.string().min(2),
   token: z.string().max(8192).optional(),
+  /** The destination directory, absolute. */
+  to: z.string().min(1).max(4096).refine(isAbsolute, 'must be an absolute path').optional(),
 });
+
+/** Where a join with a destination keeps its partial files: inside the destination, one rename away. */
+export const AGENT_PARTIAL_DIR = join('.weightcast', 'agent');
 
 export class Agent {
   private readonly joined = new Map<string, Joined>();
@@ -128,6 +158,8 @@ export class Agent {
   private readonly peerWire: PeerWireServer;
   private localReads = 0;
   private server!: Server;
+  /** The local API on 127.0.0.1, when the main server listens elsewhere. */
+  private loopbackServer: Server | undefined;
   private closing = false;
   url = '';
   name = '';
@@ -158,7 +190,9 @@ export class Agent {
   async join(options: JoinOptions): Promise<ModelStatus> {
     const hex = manifestDigest(options.manifest).slice('sha256:'.length);
     const existing = this.joined.get(hex) ?? (await this.joining.get(hex));
-    if (existing !== undefined) return this.statusOf(existing);
+    // A model that stopped on a disk error is joined afresh: the user may have made room since.
+    if (existing?.member.failure !== undefined) await this.drop(existing);
+    else if (existing !== undefined) return this.statusOf(existing);
     const pending = this.doJoin(hex, options);
     this.joining.set(hex, pending);
     try {
@@ -194,6 +228,11 @@ export class Agent {
     if (onClose !== undefined) res.off('close', onClose);
   }
 
+  private async drop(entry: Joined): Promise<void> {
+    if (this.joined.get(entry.hex) === entry) this.joined.delete(entry.hex);
+    await Promise.allSettled([entry.member.close(), entry.store.close(), entry.origin.close()]);
+  }
+
   member(hex: string): SwarmMember {
     return this.model(hex).member;
   }
@@ -203,6 +242,8 @@ export class Agent {
     this.closing = true;
     this.peerWire.close();
     this.server.closeAllConnections();
+    this.loopbackServer?.closeAllConnections();
+    this.loopbackServer?.close();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     await Promise.allSettled(
       [...this.joined.values()].map(async (entry) => {
@@ -226,6 +267,7 @@ export class Agent {
   private statusOf(entry: Joined): ModelStatus {
     return {
       model: entry.hex,
+      fileCount: entry.map.manifest.files.length,
       pieceCount: entry.map.pieceCount,
       held: entry.store.heldCount,
       heldBytes: entry.store.heldBytes,
@@ -236,7 +278,12 @@ export class Agent {
       corruptPieces: entry.member.stats.corruptPieces,
       duplicateBytes: entry.member.stats.duplicateBytes,
       registered: entry.member.registeredHost !== undefined,
-      ...(entry.store.complete ? { filesDir: entry.store.filesDirectory } : {}),
+      ...(entry.member.failure === undefined
+        ? {}
+        : { failed: { code: entry.member.failure.code, message: entry.member.failure.message } }),
+      ...(entry.store.complete
+        ? { filesDir: entry.store.filesDirectory, filesAt: entry.to === undefined ? 'cache' : 'destination' }
+        : {}),
     };
   }
 
@@ -244,14 +291,20 @@ export class Agent {
     const manifestBytes = encodeManifest(options.manifest);
     const map = new PieceMap(options.manifest);
     const modelDir = join(this.options.cacheDir, hex);
-    const storeOptions = options.store ?? { dataDir: join(modelDir, 'files'), stateDir: modelDir };
+    const to = options.store === undefined ? options.to : undefined;
+    const storeOptions =
+      options.store ??
+      (to === undefined
+        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir }
+        : { dataDir: join(to, AGENT_PARTIAL_DIR), stateDir: modelDir, finalDir: to });
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.
+    const job = { source: options.source, ...(to === undefined ? {} : { to }) };
     const jobFiles =
       options.store === undefined
         ? Promise.all([
             writeFile(join(modelDir, 'manifest.json'), manifestBytes),
-            writeFile(join(modelDir, 'job.json'), JSON.stringify({ source: options.source }) + '\n'),
+            writeFile(join(modelDir, 'job.json'), JSON.stringify(job) + '\n'),
           ])
         : Promise.resolve([]);
     const origin = openOrigin(options.source, {
@@ -260,7 +313,10 @@ export class Agent {
     });
     // A cache without a store state file opens empty: its member registers and starts fetching while
     // the files are created (OpeningStore); any other waits for the store to know what it holds.
-    const fresh = options.store === undefined && (await PieceStore.opensEmpty(storeOptions.stateDir));
+    const fresh =
+      options.store === undefined &&
+      (await PieceStore.opensEmpty(storeOptions.stateDir)) &&
+      (to === undefined || !(await PieceStore.hasFinalFiles(map, to)));
     const opening = PieceStore.open(map, storeOptions);
     const memberFor = (store: MemberStore): SwarmMember =>
       new SwarmMember({
@@ -292,7 +348,16 @@ export class Agent {
         origin.close(),
         opened.status === 'fulfilled' ? opened.value.close() : undefined,
       ]);
-      throw opened.status === 'rejected' ? opened.reason : (written as PromiseRejectedResult).reason;
+      const reason: unknown =
+        opened.status === 'rejected' ? opened.reason : (written as PromiseRejectedResult).reason;
+      throw to !== undefined && !isWeightcastError(reason)
+        ? new WeightcastError(
+            'IO',
+            `cannot write the model into ${to}: ${(reason as Error).message}`,
+            { file: to },
+            { cause: reason },
+          )
+        : reason;
     }
     const store = opened.value;
     if (this.closing) {
@@ -301,7 +366,7 @@ export class Agent {
       throw new WeightcastError('ABORTED', 'the agent closed while joining');
     }
     const member = early ?? memberFor(store);
-    const entry: Joined = { hex, map, store, origin, member };
+    const entry: Joined = { hex, to, map, store, origin, member };
     this.joined.set(hex, entry);
     if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
@@ -315,13 +380,13 @@ export class Agent {
       const dir = join(this.options.cacheDir, name);
       try {
         const job = z
-          .object({ source: z.string() })
+          .object({ source: z.string(), to: z.string().refine(isAbsolute).optional() })
           .parse(JSON.parse(await readFile(join(dir, 'job.json'), 'utf8')));
         const manifestPath = join(dir, 'manifest.json');
         const manifest = parseManifest(await readFile(manifestPath), manifestPath);
         if (manifestDigest(manifest) !== `sha256:${name}`)
           throw new Error('manifest does not match its folder');
-        await this.join({ source: job.source, manifest });
+        await this.join({ source: job.source, manifest, ...(job.to === undefined ? {} : { to: job.to }) });
       } catch (error) {
         this.options.onEvent?.({ type: 'resume-failed', model: name, reason: (error as Error).message });
       }
@@ -353,12 +418,8 @@ export class Agent {
   // ---- HTTP ------------------------------------------------------------------------------------
 
   private async listen(): Promise<void> {
-    this.server = createServer((req, res) => {
-      this.handle(req, res).catch((error: unknown) => {
-        if (res.headersSent) res.destroy();
-        else sendError(res, error);
-      });
-    });
+    this.server = this.httpServer();
+    // Peers reach the peer wire on the port they know (the loopback server is for the local API).
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       if (new URL(req.url ?? '/', 'http://agent').pathname === PEER_WIRE_PATH && PeerWireServer.wants(req)) {
         this.peerWire.accept(socket, head);
@@ -367,8 +428,6 @@ export class Agent {
       socket.on('error', () => undefined);
       socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
     });
-    this.server.keepAliveTimeout = 30_000;
-    this.server.headersTimeout = 30_000;
     await listenOn(this.server, this.options.host ?? '127.0.0.1', this.options.port ?? 0);
     const address = this.server.address() as AddressInfo;
     if (
@@ -383,6 +442,33 @@ export class Agent {
     }
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
     this.url = this.options.advertiseUrl ?? `http://${host}:${address.port}`;
+    if (!isLoopbackAddress(address.address)) await this.listenOnLoopback(address.port);
+  }
+
+  private httpServer(): Server {
+    const server = createServer((req, res) => {
+      this.handle(req, res).catch((error: unknown) => {
+        if (res.headersSent) res.destroy();
+        else sendError(res, error);
+      });
+    });
+    server.keepAliveTimeout = 30_000;
+    server.headersTimeout = 30_000;
+    return server;
+  }
+
+  /**
+   * The local API on 127.0.0.1 at the agent's port, so `weightcast pull` on this host finds the
+   * agent without a flag. A port taken there (another agent) only loses that convenience.
+   */
+  private async listenOnLoopback(port: number): Promise<void> {
+    const server = this.httpServer();
+    try {
+      await listenOn(server, '127.0.0.1', port);
+      this.loopbackServer = server;
+    } catch (error) {
+      this.options.onEvent?.({ type: 'loopback-unavailable', reason: (error as Error).message });
+    }
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -450,6 +536,7 @@ export class Agent {
         source: body.source,
         manifest,
         ...(body.token === undefined ? {} : { token: body.token }),
+        ...(body.to === undefined ? {} : { to: body.to }),
       });
       return sendJson(res, 200, status);
     }
@@ -601,6 +688,10 @@ function parseWaitMs(value: string | null): number {
 
 function notFound(req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${req.url ?? ''}` });
+}
+
+function isLoopbackAddress(address: string): boolean {
+  return address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');
 }
 
 /** The local API is for processes on this machine: loopback, or a connection to our own address. */

@@ -5,7 +5,7 @@
  * testbed. Bytes wait for the store only when they are ready to be written.
  */
 
-import type { PieceStore, PutResult } from './piece-store.js';
+import type { PieceStore, PutResult } from '../../piece/store.js';
 
 /** The part of PieceStore a SwarmMember uses. */
 export interface MemberStore {

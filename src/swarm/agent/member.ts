@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
-import type { PieceMap } from '../piece-map.js';
+import type { PieceMap } from '../../piece/piece-map.js';
 import {
   decodeBitfield,
   encodeBitfield,
@@ -91,7 +91,8 @@ export type MemberEvent =
       /** The peer's base URL (absent for the origin). */
       parent?: string;
     }
-  | { type: 'complete' };
+  | { type: 'complete' }
+  | { type: 'failed'; code: string; reason: string };
 
 export interface MemberStats {
   /** Verified bytes stored from the origin and from peers; copies that arrived twice are not counted. */
@@ -190,7 +191,14 @@ export class SwarmMember {
   private peerHave = new Map<string, { at: number; pieces: Set<number> | undefined }>();
   private loops: Promise<void>[] = [];
   private completeResolve!: () => void;
+  private completeReject!: (error: Error) => void;
+  /** Resolves when every piece is held; rejects with `failure` when the model had to stop. */
   readonly complete: Promise<void>;
+  /**
+   * Why this model stopped on this host: its store could not write (a full disk, an I/O error).
+   * Fetching more would fail the same way, so the member leaves the swarm instead of retrying.
+   */
+  failure: WeightcastError | undefined;
   private readonly downloadsMax: number;
   /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
   private readonly buffers: Buffer[] = [];
@@ -202,7 +210,12 @@ export class SwarmMember {
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
     this.fileIndex = new Map(options.map.manifest.files.map((file, index) => [file.path, index]));
-    this.complete = new Promise<void>((resolve) => (this.completeResolve = resolve));
+    this.complete = new Promise<void>((resolve, reject) => {
+      this.completeResolve = resolve;
+      this.completeReject = reject;
+    });
+    // Waiters handle a failure; without any, it is still reported through `failure`.
+    this.complete.catch(() => undefined);
     if (options.store.complete) {
       this.completed = true;
       this.completeResolve();
@@ -226,6 +239,18 @@ export class SwarmMember {
       added = true;
     }
     if (added) this.flushReports();
+  }
+
+  /**
+   * Stops the model on this host for good: every transfer, the scheduler session (the host leaves
+   * the swarm, so nobody is assigned to fetch from or for it), and every waiter, with `error`.
+   */
+  private fail(error: WeightcastError): void {
+    if (this.failure !== undefined || this.controller.signal.aborted) return;
+    this.failure = error;
+    this.options.onEvent?.({ type: 'failed', code: error.code, reason: error.message });
+    this.completeReject(error);
+    void this.close();
   }
 
   /** Leaves the swarm (politely, if the scheduler answers) and stops every transfer. */
@@ -572,8 +597,10 @@ export class SwarmMember {
     let result;
     try {
       result = await this.options.store.put(piece, bytes);
-    } catch {
+    } catch (error) {
       if (signal.aborted) return { outcome: 'cancelled' };
+      // The local disk failed, not the sender: stop the model rather than fetch what cannot be kept.
+      if (isWeightcastError(error) && error.code === 'IO') this.fail(error);
       return { outcome: 'failed' };
     }
     const from = source === 'origin' ? 'origin' : 'peer';

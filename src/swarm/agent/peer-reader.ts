@@ -9,7 +9,7 @@
 import { isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
 import type { OriginCallOptions } from '../../origin/origin.js';
-import type { PieceMap } from '../piece-map.js';
+import type { PieceMap } from '../../piece/piece-map.js';
 import { PeerWireClient } from './peer-wire-client.js';
 
 export interface PeerReaderOptions {

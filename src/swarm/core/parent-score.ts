@@ -2,10 +2,16 @@
  * What the core knows about each host as a parent, and how it ranks parents for a download.
  *
  * Reports flow in: a verified transfer adds its measured rate to the parent's moving average and to
- * a ring of recent rates across the swarm (whose median is the yardstick for "slow"); a failed
- * transfer adds to the parent's failure score; a corrupt one marks the parent, and a second corrupt
- * report from a different host bans it for everyone. Scores flow out: one number per candidate,
- * ordered by (not demoted, locality tier, idle upload bandwidth), so a comparison is one `>`.
+ * a ring of recent rates across the swarm (whose median is the yardstick for "slow"), and its
+ * receiver counts as a witness for the parent; a failed transfer adds to the parent's failure score;
+ * a corrupt one makes its reporter an accuser. Blame needs evidence: a parent is demoted for
+ * everyone only when at least two distinct hosts accuse it and they are at least as many as its
+ * witnesses, and banned when they outnumber them; a parent whose witnesses outnumber its accusers
+ * by two or more is cleared, and its accusers are distrusted (their reports no longer count, and
+ * they rank as demoted parents themselves). So no single host, and no pair of made-up hosts against
+ * a parent that served others, can exile an honest parent. Scores flow out: one number per
+ * candidate, ordered by (not demoted, locality tier, idle upload bandwidth), so a comparison is one
+ * `>`.
  */
 
 /** A parent is slow when its average is below this fraction of the swarm's median transfer rate. */
@@ -27,7 +33,15 @@ const IDLE_SCALE = 2 ** 40;
 const EWMA_WEIGHT = 0.25;
 const NO_HOST = -1;
 
-export type CorruptVerdict = 'demoted' | 'banned';
+/** What a corrupt report did: nothing for everyone yet, a demotion, a ban, or nothing (a distrusted reporter). */
+export type CorruptVerdict = 'accused' | 'demoted' | 'banned' | 'ignored';
+
+/** Distinct witnesses and accusers remembered per parent: enough to weigh a few accusers against many. */
+export const EVIDENCE_MAX = 8;
+/** Accusers needed before a report counts against a parent for everyone. */
+const ACCUSERS_MIN = 2;
+/** Witnesses beyond the accusers that clear a parent (and discredit its accusers). */
+const CLEARING_MARGIN = 2;
 
 /**
  * Locality of a parent relative to a host. Label ids are >= 0 when known and -1 when absent; a rack
@@ -71,7 +85,14 @@ export class ParentRecords {
   slow = new Uint8Array(0);
   corrupt = new Uint8Array(0);
   banned = new Uint8Array(0);
-  private firstCorruptReporter = new Int32Array(0);
+  /** Hosts whose corrupt reports did not hold up against a parent's witnesses. */
+  distrusted = new Uint8Array(0);
+  /** Per parent, the first EVIDENCE_MAX distinct hosts that verified bytes from it, and their count. */
+  private witnesses = new Int32Array(0);
+  private witnessCount = new Uint8Array(0);
+  /** Per parent, the distinct (trusted) hosts that reported corrupt bytes from it, and their count. */
+  private accusers = new Int32Array(0);
+  private accuserCount = new Uint8Array(0);
   private readonly ring = new Float64Array(RATE_RING_SIZE);
   private readonly sorted = new Float64Array(RATE_RING_SIZE);
   private ringLength = 0;
@@ -92,9 +113,11 @@ export class ParentRecords {
     this.slow = grownBytes(this.slow, size);
     this.corrupt = grownBytes(this.corrupt, size);
     this.banned = grownBytes(this.banned, size);
-    const reporters = new Int32Array(size).fill(NO_HOST);
-    reporters.set(this.firstCorruptReporter);
-    this.firstCorruptReporter = reporters;
+    this.distrusted = grownBytes(this.distrusted, size);
+    this.witnessCount = grownBytes(this.witnessCount, size);
+    this.accuserCount = grownBytes(this.accuserCount, size);
+    this.witnesses = grownHostLists(this.witnesses, size);
+    this.accusers = grownHostLists(this.accusers, size);
   }
 
   /** A host (re)joins: its measured history starts over, but a ban or a corrupt mark stays. */
@@ -108,7 +131,10 @@ export class ParentRecords {
 
   isDemoted(host: number): boolean {
     return (
-      this.slow[host] === 1 || this.corrupt[host] === 1 || this.failureScore[host]! >= FAILURE_SCORE_DEMOTED
+      this.slow[host] === 1 ||
+      this.corrupt[host] === 1 ||
+      this.distrusted[host] === 1 ||
+      this.failureScore[host]! >= FAILURE_SCORE_DEMOTED
     );
   }
 
@@ -120,8 +146,15 @@ export class ParentRecords {
     return capacity - uploadsInFlight * perUpload;
   }
 
-  recordVerified(host: number, bytesPerSecond: number | undefined): void {
+  /** `receiver` verified bytes from `host`: a rate sample, and a witness for `host`. */
+  recordVerified(host: number, bytesPerSecond: number | undefined, receiver = NO_HOST): void {
     this.failureScore[host]! *= 0.5;
+    // Once a parent has EVIDENCE_MAX witnesses this is one comparison: the hot path stays cheap.
+    if (receiver !== NO_HOST && this.witnessCount[host]! < EVIDENCE_MAX) {
+      if (addDistinct(this.witnesses, this.witnessCount, host, receiver) && this.accuserCount[host]! > 0) {
+        this.judge(host);
+      }
+    }
     if (bytesPerSecond === undefined || !(bytesPerSecond > 0) || !Number.isFinite(bytesPerSecond)) return;
     const samples = this.rateSamples[host]!;
     const average = this.rateAverage[host]!;
@@ -137,16 +170,29 @@ export class ParentRecords {
   }
 
   /**
-   * Records that `reporter` received bytes from `host` that failed verification. One report demotes
-   * the parent for everyone (the reporter also bans it for itself); a report from a second, different
-   * host bans it for everyone, since one host's bad memory or link should not exile a parent alone.
+   * Records that `reporter` received bytes from `host` that failed verification (the core also has
+   * the reporter ban `host` for itself). What it means for everyone is weighed in `judge`.
    */
   recordCorrupt(host: number, reporter: number): CorruptVerdict {
-    this.corrupt[host] = 1;
-    const first = this.firstCorruptReporter[host]!;
-    if (first === NO_HOST) this.firstCorruptReporter[host] = reporter;
-    else if (first !== reporter) this.banned[host] = 1;
-    return this.banned[host] === 1 ? 'banned' : 'demoted';
+    if (this.distrusted[reporter] === 1) return 'ignored';
+    if (this.accuserCount[host]! < EVIDENCE_MAX)
+      addDistinct(this.accusers, this.accuserCount, host, reporter);
+    return this.judge(host);
+  }
+
+  /** Accusers against witnesses: see the module comment. A ban is never lifted. */
+  private judge(host: number): CorruptVerdict {
+    const accusers = this.accuserCount[host]!;
+    const witnesses = this.witnessCount[host]!;
+    if (witnesses >= accusers + CLEARING_MARGIN) {
+      for (let i = 0; i < accusers; i++) this.distrusted[this.accusers[host * EVIDENCE_MAX + i]!] = 1;
+      this.accuserCount[host] = 0;
+      this.corrupt[host] = 0;
+      return this.banned[host] === 1 ? 'banned' : 'accused';
+    }
+    if (accusers >= ACCUSERS_MIN && accusers > witnesses) this.banned[host] = 1;
+    this.corrupt[host] = accusers >= ACCUSERS_MIN && accusers >= witnesses ? 1 : 0;
+    return this.banned[host] === 1 ? 'banned' : this.corrupt[host] === 1 ? 'demoted' : 'accused';
   }
 
   /** The swarm's median verified transfer rate, or 0 before enough samples. */
@@ -184,5 +230,21 @@ function grownFloat(array: Float64Array, size: number): Float64Array<ArrayBuffer
 function grownBytes(array: Uint8Array, size: number): Uint8Array<ArrayBuffer> {
   const grown = new Uint8Array(size);
   grown.set(array);
+  return grown;
+}
+
+/** Adds `member` to `owner`'s list (EVIDENCE_MAX slots per owner) unless it is there; true if added. */
+function addDistinct(lists: Int32Array, counts: Uint8Array, owner: number, member: number): boolean {
+  const base = owner * EVIDENCE_MAX;
+  const count = counts[owner]!;
+  for (let i = 0; i < count; i++) if (lists[base + i] === member) return false;
+  lists[base + count] = member;
+  counts[owner] = count + 1;
+  return true;
+}
+
+function grownHostLists(old: Int32Array, hosts: number): Int32Array<ArrayBuffer> {
+  const grown = new Int32Array(hosts * EVIDENCE_MAX).fill(NO_HOST);
+  grown.set(old);
   return grown;
 }

@@ -262,7 +262,7 @@ export class SwarmCore {
     switch (report.outcome) {
       case 'verified':
         this.stats.transfersVerified++;
-        if (from !== ORIGIN) this.parents.recordVerified(from, report.bytesPerSecond);
+        if (from !== ORIGIN) this.parents.recordVerified(from, report.bytesPerSecond, host);
         this.gainPiece(host, piece);
         break;
       case 'corrupt':

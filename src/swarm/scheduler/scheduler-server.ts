@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
-import { PieceMap } from '../piece-map.js';
+import { PieceMap } from '../../piece/piece-map.js';
 import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
 import { listenOn, readJsonBody, sendError, sendJson, statusOf } from '../wire/http-json.js';
 import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';
@@ -56,6 +56,13 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
   const now = (): number => performance.now() - started;
   const openSyncs = new Set<ServerResponse>();
   const channels = new Set<Socket>();
+  /**
+   * The open channel of each host (by swarm and host id), with the way to retire it. A host has at
+   * most one: a second channel for the same host replaces the first, whose parked wake-up would
+   * otherwise re-park and wake the new one, and so on forever (each park wakes the waker it
+   * replaces), holding the scheduler's event loop at 100 % CPU.
+   */
+  const channelOfHost = new Map<string, { socket: Socket; retire: () => void }>();
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://scheduler');
@@ -196,10 +203,13 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${CHANNEL_PROTOCOL}\r\n\r\n`,
     );
     channels.add(socket);
+    let retired = false;
     const fail = (error: unknown): void => {
+      retired = true;
       if (!socket.destroyed) socket.end(errorFrame(error));
     };
     const stale = (): boolean => {
+      if (retired) return true;
       if (swarm.registrationOf(host) === registration) return false;
       fail(
         new WeightcastError('SWARM_UNKNOWN_HOST', `host ${host} registered again or left; register again`),
@@ -238,8 +248,20 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     };
     socket.on('data', onData);
     socket.on('error', () => socket.destroy());
+    const key = `${model}/${host}`;
+    const previous = channelOfHost.get(key);
+    channelOfHost.set(key, {
+      socket,
+      retire: () => {
+        swarm.unpark(host, wake);
+        fail(new WeightcastError('SWARM_PROTOCOL', `another sync channel opened for host ${host}`));
+      },
+    });
+    previous?.retire();
     socket.on('close', () => {
       channels.delete(socket);
+      retired = true;
+      if (channelOfHost.get(key)?.socket === socket) channelOfHost.delete(key);
       swarm.unpark(host, wake);
     });
     swarm.touch(now(), host);

@@ -7,15 +7,9 @@
  */
 
 import { WeightcastError } from '../../errors.js';
-import {
-  HEDGE_TAIL_PIECES_DEFAULT,
-  ORIGIN,
-  RING_PARENTS_DEFAULT,
-  SwarmCore,
-  type Assignment,
-  type SwarmConfig,
-} from '../core/index.js';
-import type { PieceMap } from '../piece-map.js';
+import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
+import type { PieceMap } from '../../piece/piece-map.js';
+import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
 import {
   decodeBitfield,
   type Register,
@@ -26,32 +20,7 @@ import {
   type WireAssignment,
 } from '../wire/protocol.js';
 
-export interface SwarmServiceOptions {
-  /** At most this many transfers read the origin at once (`--origin-readers`). */
-  originReaders: number;
-  /** Upload rate the core assumes for the origin when planning (it only ranks, never limits). */
-  originBytesPerSecond: number;
-  downloadsPerHost: number;
-  uploadsPerHost: number;
-  /** A host not heard from for this long is dropped and its transfers re-planned. */
-  hostTimeoutMs: number;
-  randomSeed: number;
-  /** SwarmConfig.ringParents (0 = off). */
-  ringParents: number;
-  /** SwarmConfig.hedgeTailPieces: a host's last this many pieces may be hedged (0 = never). */
-  hedgeTailPieces: number;
-}
-
-export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
-  originReaders: 4,
-  originBytesPerSecond: 1.25e9,
-  downloadsPerHost: 4,
-  uploadsPerHost: 4,
-  hostTimeoutMs: 10_000,
-  randomSeed: 1,
-  ringParents: RING_PARENTS_DEFAULT,
-  hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
-};
+export { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions };
 
 /** Peers a sync reply lists for the agent's fallback mode. */
 const PEERS_LISTED_MAX = 64;

@@ -26,8 +26,9 @@
 import { z } from 'zod';
 import { WeightcastError } from '../../errors.js';
 
-/** Largest JSON body either side accepts; a register with a big manifest is the largest message. */
-export const JSON_BODY_BYTES_MAX = 64 * 1024 * 1024;
+import { JSON_BODY_BYTES_MAX } from './limits.js';
+
+export { JSON_BODY_BYTES_MAX };
 /** Transfers reported or assigned in one sync, each way. */
 export const SYNC_ITEMS_MAX = 4096;
 /** Longest a sync may wait for work before it answers empty (it doubles as the heartbeat). */

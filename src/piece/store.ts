@@ -5,7 +5,7 @@
  * journal says it was verified, so a peer can never make this host store or serve a wrong byte.
  *
  * Layout: files live under `dataDir` at their model paths (sparse until filled); `stateDir` holds
- * `journal` (one line per verified piece, see pull/journal.ts) and `store.json` (which model, which
+ * `journal` (one line per verified piece, see journal.ts) and `store.json` (which model, which
  * boot). With `finalDir` (a pull's destination) a file is synced and renamed from `dataDir` into
  * `finalDir` once every piece of it is verified, so a file under its final name is always complete;
  * its open handle keeps serving peers after the rename. Without it nothing is synced (see finishFile).
@@ -14,14 +14,14 @@
  * journaled pieces are hashed again before they count.
  */
 
-import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { WeightcastError } from '../../errors.js';
-import { manifestDigest } from '../../manifest/manifest.js';
-import { JournalWriter, bootId, readJournal } from '../../pull/journal.js';
-import type { PieceMap } from '../piece-map.js';
+import { WeightcastError } from '../errors.js';
+import { manifestDigest } from '../manifest/manifest.js';
+import { JournalWriter, bootId, readJournal } from './journal.js';
+import type { PieceMap } from './piece-map.js';
+import { verifyPiece } from './verify.js';
 
 export interface PieceStoreOptions {
   dataDir: string;
@@ -63,6 +63,16 @@ export class PieceStore {
    */
   static async opensEmpty(stateDir: string): Promise<boolean> {
     return (await stat(join(stateDir, STATE_FILE)).catch(() => undefined)) === undefined;
+  }
+
+  /** Whether any of the model's files is already under its final name in `finalDir`. */
+  static async hasFinalFiles(map: PieceMap, finalDir: string): Promise<boolean> {
+    const found = await Promise.all(
+      map.manifest.files.map(
+        async (file) => (await stat(join(finalDir, file.path)).catch(() => undefined)) !== undefined,
+      ),
+    );
+    return found.includes(true);
   }
 
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
@@ -136,8 +146,7 @@ export class PieceStore {
   /** Verifies `bytes` against the manifest and stores them; corrupt bytes are never written. */
   async put(piece: number, bytes: Uint8Array): Promise<PutResult> {
     const where = this.map.locate(piece);
-    if (bytes.length !== where.length) return 'corrupt';
-    if (createHash('sha256').update(bytes).digest('hex') !== where.digest) return 'corrupt';
+    if (!verifyPiece(bytes, where)) return 'corrupt';
     if (this.has(piece)) return 'duplicate';
     const running = this.writing.get(piece);
     if (running !== undefined) {
@@ -145,7 +154,9 @@ export class PieceStore {
       return 'duplicate';
     }
     this.assertOpen();
-    const write = this.writeVerified(piece, bytes);
+    const write = this.writeVerified(piece, bytes).catch((error: unknown) => {
+      throw this.writeError(piece, error);
+    });
     this.writing.set(piece, write);
     try {
       await write;
@@ -165,6 +176,37 @@ export class PieceStore {
     file.remaining--;
     if (file.remaining === 0) await this.finishFile(where.fileIndex);
     this.mark(piece);
+    if (this.complete) await this.removeEmptyDataDirs();
+  }
+
+  /**
+   * Once every file is under its final name, the partial files' folders are empty: remove them and
+   * their parent (`DIR/.weightcast/agent` and `DIR/.weightcast`: a destination should hold the model,
+   * not our scaffolding). Folders that are not empty (a pull's journal) stay.
+   */
+  private async removeEmptyDataDirs(): Promise<void> {
+    if (this.options.finalDir === undefined) return;
+    const nested = new Set<string>();
+    for (const file of this.map.manifest.files) {
+      for (let dir = dirname(file.path); dir !== '.' && dir !== '/'; dir = dirname(dir)) nested.add(dir);
+    }
+    const deepestFirst = [...nested].sort((a, b) => b.split('/').length - a.split('/').length);
+    for (const dir of deepestFirst) await rmdir(join(this.options.dataDir, dir)).catch(() => undefined);
+    await rmdir(this.options.dataDir).catch(() => undefined);
+    await rmdir(dirname(this.options.dataDir)).catch(() => undefined);
+  }
+
+  /** A failed write as a typed IO error naming the file and the system's code (ENOSPC, EIO, ...). */
+  private writeError(piece: number, error: unknown): unknown {
+    if (error instanceof WeightcastError) return error;
+    const where = this.map.locate(piece);
+    const code = (error as NodeJS.ErrnoException | undefined)?.code;
+    return new WeightcastError(
+      'IO',
+      `cannot store piece ${where.piece} of ${where.file.path}: ${(error as Error)?.message ?? String(error)}`,
+      { file: where.file.path, piece, ...(code === undefined ? {} : { errno: code }) },
+      { cause: error },
+    );
   }
 
   /** Reads a verified piece into `target` (at least the piece's length); returns the length. */
@@ -301,7 +343,7 @@ export class PieceStore {
     } catch {
       return false;
     }
-    return createHash('sha256').update(buffer).digest('hex') === where.digest;
+    return verifyPiece(buffer, where);
   }
 
   private async finishCompleteFiles(): Promise<void> {

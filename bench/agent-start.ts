@@ -1,0 +1,175 @@
+/**
+ * `node dist/bench/agent-start.js [--runs N] [--mib M] [--cli PATH] [--join api|pull]`: how soon a
+ * cold `weightcast agent` moves bytes. A scheduler (a child process) and an origin file server (in
+ * this process, so it can stamp requests) are started and warmed first; then each run launches an
+ * agent on a fresh cache and, as soon as it prints that it listens, joins it to a model: with
+ * `--join api` (the default) this process posts the join itself, with `--join pull` a cold
+ * `weightcast pull --agent` process does, as a user would. Recorded from the agent's launch:
+ *  - listening: its `listening on` line arrived;
+ *  - first piece: the origin received the agent's first ranged GET, and the CPU time (user + system)
+ *    the agent had used by then (from /proc; on a shared machine the CPU time is the steadier number);
+ *  - complete: the agent's local API says the model is complete (with `--join pull`: the pull exited,
+ *    the files copied out).
+ * The model is M MiB in 1 MiB pieces (default 16). `--cli` runs another build's bin/weightcast.js,
+ * to compare. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
+ */
+
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { buildManifest } from '../src/manifest/build.js';
+import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../src/manifest/manifest.js';
+import { startFileServer } from '../src/origin/file-server.js';
+import { LocalOrigin } from '../src/origin/local.js';
+import { textTable } from '../src/util/text-table.js';
+import { CLI, startProcess, stopProcess } from '../scripts/cluster.js';
+
+const MiB = 1024 * 1024;
+const COMPLETE_TIMEOUT_MS = 30_000;
+/** USER_HZ: the unit of /proc's CPU times, 100 on every Linux build in common use. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+const { values } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '5' },
+    mib: { type: 'string', default: '16' },
+    cli: { type: 'string', default: CLI },
+    join: { type: 'string', default: 'api' },
+  },
+});
+const cli = values.cli;
+if (values.join !== 'api' && values.join !== 'pull') throw new Error('--join must be api or pull');
+const runs = Number(values.runs);
+const mib = Number(values.mib);
+
+const work = await mkdtemp(join(tmpdir(), 'weightcast-agent-start-'));
+try {
+  const modelDir = join(work, 'model');
+  await mkdir(modelDir);
+  for (let file = 0; file < 2; file++) {
+    await writeFile(join(modelDir, `part-${file}.bin`), randomBytes((mib / 2) * MiB));
+  }
+  const manifest = await buildManifest(new LocalOrigin(modelDir), { pieceSize: MiB });
+  const hex = manifestDigest(manifest).slice('sha256:'.length);
+  const manifestPath = join(work, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  let agentPid: number | undefined;
+  let pullPid: number | undefined;
+  let firstPiece: { atMs: number; cpuMs: number; pullCpuMs: number } | undefined;
+  const origin = await startFileServer({
+    root: modelDir,
+    faults: (request) => {
+      if (request.range !== undefined && firstPiece === undefined) {
+        firstPiece = { atMs: performance.now(), cpuMs: cpuMsOf(agentPid), pullCpuMs: cpuMsOf(pullPid) };
+      }
+      return undefined;
+    },
+  });
+  const scheduler = await startProcess([cli, 'scheduler', '--port', '0'], /listening on (\S+)/, 'scheduler');
+  const rows: string[][] = [];
+  try {
+    for (let run = 0; run < runs; run++) {
+      firstPiece = undefined;
+      const launched = performance.now();
+      const agent = await startProcess(
+        [cli, 'agent', '--scheduler', scheduler.url, '--cache', join(work, `cache-${run}`), '--port', '0'],
+        /listening on (\S+)/,
+        'agent',
+      );
+      agentPid = agent.child.pid;
+      try {
+        const listening = performance.now() - launched;
+        if (values.join === 'pull') {
+          const to = join(work, `pulled-${run}`);
+          await runPull(
+            [cli, 'pull', origin.url, '--to', to, '--manifest', manifestPath, '--agent', agent.url],
+            (pid) => (pullPid = pid),
+          );
+        } else {
+          await joinByApi(agent.url, origin.url, manifest, hex);
+        }
+        const completed = performance.now() - launched;
+        const first = firstPiece ?? { atMs: NaN, cpuMs: NaN, pullCpuMs: NaN };
+        rows.push([
+          String(run + 1),
+          ms(listening),
+          ms(first.atMs - launched),
+          ms(first.cpuMs),
+          ...(values.join === 'pull' ? [ms(first.pullCpuMs)] : []),
+          ms(completed),
+        ]);
+      } finally {
+        await stopProcess(agent);
+      }
+    }
+  } finally {
+    await stopProcess(scheduler);
+    await origin.close();
+  }
+  const median = (column: number): string => {
+    const sorted = rows.map((row) => Number(row[column])).sort((a, b) => a - b);
+    return ms(sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN);
+  };
+  const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
+  if (values.join === 'pull') header.push('pull CPU by then');
+  header.push('complete');
+  rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
+  process.stdout.write(
+    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${values.join === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
+      textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
+      '\n',
+  );
+} finally {
+  await rm(work, { recursive: true, force: true });
+}
+
+/** Posts the join to the agent's local API and waits until the agent holds the model. */
+async function joinByApi(agentUrl: string, source: string, manifest: Manifest, hex: string): Promise<void> {
+  const joined = await fetch(`${agentUrl}/v1/local/models`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ source, manifest: encodeManifest(manifest).toString('utf8') }),
+    signal: AbortSignal.timeout(COMPLETE_TIMEOUT_MS),
+  });
+  if (!joined.ok) throw new Error(`join refused: ${joined.status} ${await joined.text()}`);
+  const status = await fetch(`${agentUrl}/v1/local/models/${hex}?waitCompleteMs=${COMPLETE_TIMEOUT_MS}`, {
+    signal: AbortSignal.timeout(COMPLETE_TIMEOUT_MS + 5000),
+  });
+  const { complete } = (await status.json()) as { complete: boolean };
+  if (!complete) throw new Error(`not complete after ${COMPLETE_TIMEOUT_MS} ms`);
+}
+
+/** Runs `node argv...` to its end (bounded in time); throws unless it exits with 0. */
+async function runPull(argv: readonly string[], onSpawn: (pid: number | undefined) => void): Promise<void> {
+  const child = spawn(process.execPath, argv, {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    timeout: COMPLETE_TIMEOUT_MS,
+  });
+  onSpawn(child.pid);
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  if (code !== 0) throw new Error(`pull exited with ${code}: ${stderr}`);
+}
+
+/** CPU time (user + system) a process has used so far, in ms; NaN where /proc cannot say. */
+function cpuMsOf(pid: number | undefined): number {
+  try {
+    // Fields 14 and 15 of /proc/PID/stat, counted after the command name's closing parenthesis.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return (ticks * 1000) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return NaN;
+  }
+}
+
+function ms(value: number): string {
+  return value.toFixed(0);
+}

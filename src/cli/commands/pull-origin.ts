@@ -1,0 +1,151 @@
+/** `weightcast pull SRC --to DIR` from the origin itself (or the seed tier): verified, resumable, memory-bounded. */
+
+import { isWeightcastError, type ErrorCode } from '../../errors.js';
+import { loadManifest, type Manifest } from '../../manifest/manifest.js';
+import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
+import type * as SeedRead from '../../seed/read/open.js';
+import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import { SEED_READS_PER_NODE } from '../definitions/pull.js';
+import { reportError, type CliIo } from '../io.js';
+import { createProgress, type Progress } from '../progress.js';
+import type { PullFlags } from './pull.js';
+import { openSource } from './shared.js';
+
+/** Failures after which running the same pull again makes progress. */
+const RESUMABLE_CODES = new Set<ErrorCode>([
+  'ABORTED',
+  'ORIGIN_RETRIES_EXHAUSTED',
+  'ORIGIN_TIMEOUT',
+  'ORIGIN_SHORT_READ',
+  'PIECE_HASH_MISMATCH',
+]);
+
+const SEED_READS_MAX = 64;
+
+/** `--seeds`: the seed tier's reader (and undici under it), loaded only when asked for. */
+async function openSeedSource(
+  ...args: Parameters<typeof SeedRead.openSeedSource>
+): ReturnType<typeof SeedRead.openSeedSource> {
+  const { openSeedSource } = await import('../../seed/read/open.js');
+  return openSeedSource(...args);
+}
+
+export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  const json = flags.json === true;
+  const progress = createProgress(io, 'pulling', json);
+  try {
+    const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * 1024 * 1024;
+    const pieceSize =
+      flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
+    let manifest: Manifest | undefined;
+    if (flags.manifest !== undefined) {
+      manifest = await loadManifest(flags.manifest, {
+        signal: io.signal,
+        ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
+      });
+    }
+    const seeded =
+      flags.seeds === undefined ? undefined : await openSeedSource(src, flags.seeds, manifest, io.signal);
+    manifest = seeded?.manifest ?? manifest;
+    // From the seed tier every node's link is a path of its own: keep a few reads on each.
+    const concurrency =
+      flags.concurrency !== undefined
+        ? parsePositiveInt(flags.concurrency, '--concurrency')
+        : seeded !== undefined
+          ? Math.min(SEED_READS_MAX, SEED_READS_PER_NODE * seeded.origin.primaryNodes)
+          : CONCURRENCY_DEFAULT;
+    const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
+    const origin =
+      seeded?.origin ??
+      openSource(src, { ...flags, connections: concurrency, ...(files ? { files } : {}) }, progress);
+    const started = performance.now();
+    try {
+      const result = await pull(origin, flags.to, {
+        concurrency,
+        memoryBytes,
+        signal: io.signal,
+        onEvent: (event) => onPullEvent(event, progress, io, json),
+        ...(manifest !== undefined ? { manifest } : {}),
+        ...(pieceSize !== undefined ? { pieceSize } : {}),
+      });
+      progress.finish();
+      const seconds = (performance.now() - started) / 1000;
+      const summary = {
+        event: 'done',
+        verified: !result.trust,
+        trustedOrigin: result.trust,
+        digest: result.manifestDigest,
+        files: result.manifest.files.length,
+        bytes: result.bytesTotal,
+        bytesFetched: result.bytesFetched,
+        piecesFetched: result.piecesFetched,
+        piecesReused: result.piecesReused,
+        piecesRejected: result.piecesRejected,
+        seconds,
+        bytesPerSecond: seconds > 0 ? Math.round(result.bytesFetched / seconds) : null,
+        // maxRSS is in kilobytes: the peak resident memory of this process so far.
+        peakRssBytes: process.resourceUsage().maxRSS * 1024,
+        to: flags.to,
+      };
+      if (json) io.stdout(JSON.stringify(summary) + '\n');
+      else {
+        const check = result.trust
+          ? 'every piece hashed; checked against a manifest built from the origin itself (the origin is trusted)'
+          : 'every piece verified against the manifest';
+        io.stdout(
+          `pulled ${result.manifest.files.length} files, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
+            `(${formatRate(result.bytesFetched, seconds)} fetched; ${result.piecesReused} pieces reused, ${result.piecesRejected} rejected)\n` +
+            `${check}\nmodel ${result.manifestDigest}\n`,
+        );
+      }
+      return 0;
+    } finally {
+      await origin.close();
+    }
+  } catch (error) {
+    progress.finish();
+    const code = reportError(io, error, json);
+    if (!json && isWeightcastError(error) && RESUMABLE_CODES.has(error.code)) {
+      io.stderr('weightcast: verified pieces are kept; run the same command again to continue\n');
+    }
+    return code;
+  }
+}
+
+function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: boolean): void {
+  const line = (text: string, data: object): void => {
+    if (json) io.stdout(JSON.stringify({ event: event.type, ...data }) + '\n');
+    else progress.log(text);
+  };
+  switch (event.type) {
+    case 'plan':
+      if (event.trust) {
+        line(
+          'weightcast: no --manifest given: pieces are hashed but can only be checked against the origin itself (this trusts the origin)',
+          event,
+        );
+      }
+      if (event.piecesReused > 0)
+        line(
+          `weightcast: resuming: ${event.piecesReused} of ${event.piecesTotal} pieces already verified`,
+          event,
+        );
+      else if (json) line('', event);
+      break;
+    case 'state-discarded':
+      line(`weightcast: discarding an unrelated partial download: ${event.reason}`, event);
+      break;
+    case 'piece-rejected':
+      line(
+        `weightcast: rejected ${event.path} piece ${event.piece} (attempt ${event.attempt}): ${event.reason}`,
+        event,
+      );
+      break;
+    case 'progress':
+      progress.update(event.bytesDone, event.bytesTotal);
+      break;
+    case 'file-complete':
+      if (json) line('', event);
+      break;
+  }
+}

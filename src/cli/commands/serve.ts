@@ -1,0 +1,40 @@
+/**
+ * `weightcast serve DIR`: the ranged HTTP file server of the tests and benchmarks
+ * (src/origin/file-server.ts) until Ctrl-C. It prints `{"url": "..."}` once it listens, the line
+ * `node dist/src/origin/file-server-main.js` prints, so scripts can read either.
+ */
+
+import { stat } from 'node:fs/promises';
+import { WeightcastError } from '../../errors.js';
+import { startFileServer } from '../../origin/file-server.js';
+import { fileServerOptions } from '../../origin/file-server-main.js';
+import { EXIT_OK, reportError, untilInterrupted, type CliIo } from '../io.js';
+
+export interface ServeFlags {
+  port: string;
+  host: string;
+  token?: string;
+  rateMbps?: string;
+}
+
+export async function serveCommand(dir: string, flags: ServeFlags, io: CliIo): Promise<number> {
+  try {
+    const options = fileServerOptions({ root: dir, ...flags });
+    // A missing directory would otherwise be a server that answers 404 to everything.
+    const isDirectory = await stat(dir).then(
+      (stats) => stats.isDirectory(),
+      () => false,
+    );
+    if (!isDirectory) throw new WeightcastError('USAGE', `serve: ${dir} is not a directory`);
+    const server = await startFileServer(options);
+    try {
+      io.stdout(JSON.stringify({ url: server.url }) + '\n');
+      await untilInterrupted(io);
+    } finally {
+      await server.close();
+    }
+    return EXIT_OK;
+  } catch (error) {
+    return reportError(io, error, false);
+  }
+}

@@ -1,0 +1,43 @@
+/** `weightcast scheduler`: flags and help; the work is in ../commands/scheduler.ts, imported on run. */
+
+import type { SchedulerFlags } from '../commands/scheduler.js';
+import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/defaults.js';
+import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
+import type { RegisterCommand } from './index.js';
+
+export const registerScheduler: RegisterCommand = (program, io, setExitCode) => {
+  const command = program
+    .command('scheduler')
+    .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
+    .option('--port <port>', 'port to listen on (0 = any)', '7000')
+    .option('--host <address>', 'address to listen on', '127.0.0.1')
+    .option(
+      '--origin-readers <k>',
+      'transfers allowed to read the origin at once',
+      String(SWARM_SERVICE_DEFAULTS.originReaders),
+    )
+    .option(
+      '--downloads <n>',
+      'pieces each host downloads at once',
+      String(SWARM_SERVICE_DEFAULTS.downloadsPerHost),
+    )
+    .option(
+      '--uploads <n>',
+      'pieces each host uploads at once',
+      String(SWARM_SERVICE_DEFAULTS.uploadsPerHost),
+    )
+    .option(
+      '--host-timeout-ms <ms>',
+      'drop an agent not heard from for this long',
+      String(SWARM_SERVICE_DEFAULTS.hostTimeoutMs),
+    )
+    .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
+  ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
+  hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
+    .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
+    .option('--json', 'events as JSON lines on stdout')
+    .action(async (flags: SchedulerFlags) => {
+      const { schedulerCommand } = await import('../commands/scheduler.js');
+      setExitCode(await schedulerCommand(flags, io));
+    });
+};

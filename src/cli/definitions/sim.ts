@@ -1,0 +1,37 @@
+/** `weightcast sim`: flags and help; the work is in ../commands/sim.ts, imported on run. */
+
+import type { SimFlags } from '../commands/sim.js';
+import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../swarm/core/types.js';
+import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
+import type { RegisterCommand } from './index.js';
+
+export const registerSim: RegisterCommand = (program, io, setExitCode) => {
+  const command = program
+    .command('sim')
+    .description(
+      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
+    )
+    .option('--hosts <n>', 'hosts that want the model', '100')
+    .option('--size-gb <gb>', 'model size in GB (10^9 bytes)', '10')
+    .option('--piece-mb <mb>', 'piece size in MiB', '16')
+    .option('--host-mbps <mbps>', 'each host’s upload and download, Mbit/s', '10000')
+    .option('--origin-mbps <mbps>', 'the origin’s upload, Mbit/s', '10000')
+    .option('--racks <n>', 'spread hosts over this many racks (0: none)', '0')
+    .option(
+      '--rack-uplink-mbps <mbps>',
+      'capacity of each rack uplink, each direction, Mbit/s (default: unconstrained)',
+    )
+    .option('--latency-ms <ms>', 'request latency before a transfer’s first byte', '0.5')
+    .option('--fail-hosts <n>', 'hosts that fail during the run', '0')
+    .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
+    .option('--downloads <n>', 'pieces a host downloads at once', '4')
+    .option('--uploads <n>', 'pieces a host uploads at once', '4')
+    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)');
+  hedgeTailOption(command, HEDGE_TAIL_PIECES_DEFAULT);
+  ringParentsOption(command, RING_PARENTS_DEFAULT)
+    .option('--json', 'print one JSON object')
+    .action(async (flags: SimFlags) => {
+      const { simCommand } = await import('../commands/sim.js');
+      setExitCode(simCommand(flags, io));
+    });
+};

@@ -1,0 +1,25 @@
+/**
+ * The one checkpoint every piece passes before anything uses it: its length and its SHA-256 must be
+ * the manifest's. Every store and reader that checks a piece in this process calls `verifyPiece`
+ * (the agent's and the pull's stores, seed nodes, `put`, the re-layout's read-back, the
+ * pre-sharder); hash worker threads compute digests that are compared with `digestMatches`.
+ */
+
+import { createHash } from 'node:crypto';
+
+/** What the manifest says of one piece. */
+export interface ExpectedPiece {
+  length: number;
+  /** Lower-case hex SHA-256. */
+  digest: string;
+}
+
+/** The lower-case hex SHA-256 of `bytes`. */
+export function pieceDigest(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** Whether `bytes` are exactly the piece the manifest describes. */
+export function verifyPiece(bytes: Uint8Array, expected: ExpectedPiece): boolean {
+  return bytes.length === expected.length && pieceDigest(bytes) === expected.digest;
+}

@@ -1,0 +1,269 @@
+/**
+ * `pull` through the agent of this machine. The agent joins the swarm (and keeps seeding after the
+ * pull ends) with the destination as the model's home: a model it does not hold yet is written
+ * straight into the destination, verified piece by piece, and nothing is copied afterwards. A
+ * model it already holds elsewhere is placed from there: from its own cache by reflink, hard link
+ * (`link`) or kernel copy, without a second hash; from another pull's destination (which its user
+ * may have changed since) by the ordinary verified pull, as is any model whose files this process
+ * cannot read or the agent cannot write where asked.
+ *
+ * This module is what a pull process runs on a host with an agent, so it stays light to load: the
+ * placing and the verified copy are imported only when a pull needs them.
+ */
+
+import { createHash } from 'node:crypto';
+import { access, constants } from 'node:fs/promises';
+import { isAbsolute, resolve } from 'node:path';
+import { WeightcastError, abortError, isWeightcastError } from '../errors.js';
+import type { Manifest } from '../manifest/manifest.js';
+import type { Origin } from '../origin/origin.js';
+import type { PlaceResult } from '../pull/place.js';
+import type { PullEvent, PullResult } from '../pull/pull.js';
+import type { ModelStatus } from './agent/agent.js';
+import { callJson, remoteError } from './wire/http-json.js';
+
+export interface AgentPullOptions {
+  /**
+   * The manifest as the user gave it. The agent parses and checks it; this process parses it only
+   * when it has files to place or copy itself.
+   */
+  manifestBytes: Buffer;
+  /** Where the manifest came from, for messages. */
+  manifestName: string;
+  /** Refuse the manifest unless its digest is this (`sha256:<hex>` or the hex). */
+  expectDigest?: string;
+  agentUrl: string;
+  token?: string;
+  signal?: AbortSignal;
+  onProgress?: (status: ModelStatus) => void;
+  /** The agent holds the whole model, verified. */
+  onAgentComplete?: (status: ModelStatus) => void;
+  onPullEvent?: (event: PullEvent) => void;
+  /** Placing from the agent's cache: `link` hard-links where it can; default: reflink or copy. */
+  place?: 'copy' | 'link';
+  /** The agent could not write into the destination itself; the pull copies the files out instead. */
+  onDestinationRefused?: (reason: string) => void;
+  /** How long to keep asking an agent that refuses connections (still starting). Default 10 s. */
+  agentStartWaitMs?: number;
+}
+
+/** How the files reached the destination. */
+export type AgentPlacement =
+  { how: 'direct' } | { how: 'placed'; result: PlaceResult } | { how: 'verified-copy'; result: PullResult };
+
+/**
+ * How long a pull waits for an agent that does not answer yet: one started at the same moment (a
+ * node's boot, a job that starts both) takes a few hundred ms to listen.
+ */
+const AGENT_START_WAIT_MS = 10_000;
+const AGENT_START_RETRY_MS = 50;
+
+/**
+ * Runs `call` again while the agent does not answer (connection refused: it is still starting), up
+ * to `waitMs`; any answer, or any other error, ends the wait.
+ */
+async function whileAgentStarts<T>(
+  call: () => Promise<T>,
+  waitMs: number,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  const deadline = performance.now() + waitMs;
+  for (let delay = AGENT_START_RETRY_MS; ; delay = Math.min(500, delay * 2)) {
+    try {
+      return await call();
+    } catch (error) {
+      const unreachable = isWeightcastError(error) && error.code === 'SCHEDULER_UNREACHABLE';
+      if (!unreachable || performance.now() + delay > deadline || signal?.aborted === true) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+}
+
+/** How often a pull through an agent hears of its progress while the agent fills the model. */
+const PROGRESS_PERIOD_MS = 500;
+
+export async function agentPull(
+  source: string,
+  dest: string,
+  options: AgentPullOptions,
+): Promise<{ status: ModelStatus; placement: AgentPlacement }> {
+  const base = options.agentUrl.replace(/\/+$/, '');
+  const to = resolve(dest);
+  let parsed: Manifest | undefined;
+  const manifest = async (): Promise<Manifest> => {
+    const { parseManifest } = await import('../manifest/manifest.js');
+    parsed ??= parseManifest(options.manifestBytes, options.manifestName);
+    return parsed;
+  };
+  // A manifest file is its canonical encoding, so its SHA-256 is the model's digest; a file that is
+  // not (reformatted by hand) is parsed here to learn its digest before anything is asked of the agent.
+  let hex = createHash('sha256').update(options.manifestBytes).digest('hex');
+  const expected = options.expectDigest?.replace(/^sha256:/, '');
+  if (expected !== undefined && expected !== hex) {
+    const { manifestDigest } = await import('../manifest/manifest.js');
+    hex = manifestDigest(await manifest()).slice('sha256:'.length);
+    if (hex !== expected) {
+      throw new WeightcastError(
+        'MANIFEST_DIGEST_MISMATCH',
+        `${options.manifestName}: digest is sha256:${hex}, expected sha256:${expected}`,
+        { file: options.manifestName },
+      );
+    }
+  }
+  const call = async (path: string, method: 'GET' | 'POST', body?: unknown): Promise<ModelStatus> =>
+    checkStatus(
+      await callJson(`${base}${path}`, 'the agent', {
+        method,
+        timeoutMs: 30_000,
+        ...(body === undefined ? {} : { body }),
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+      }),
+      base,
+    );
+  const join = (withDestination: boolean): Promise<ModelStatus> =>
+    call('/v1/local/models', 'POST', {
+      // The agent runs elsewhere in the file system's eyes: a path source must not be relative.
+      source: isPathSource(source) ? resolve(source) : source,
+      manifest: options.manifestBytes.toString('utf8'),
+      ...(options.token === undefined ? {} : { token: options.token }),
+      ...(withDestination ? { to } : {}),
+    });
+  let joined: ModelStatus;
+  try {
+    joined = await whileAgentStarts(
+      () => join(true),
+      options.agentStartWaitMs ?? AGENT_START_WAIT_MS,
+      options.signal,
+    );
+  } catch (error) {
+    // An agent that may not write into the destination (another user's, or read-only to it) can
+    // still fetch the model into its cache; the copy out happens here, as this process's user.
+    if (!isWeightcastError(error) || error.code !== 'IO') throw error;
+    options.onDestinationRefused?.(error.message);
+    joined = await join(false);
+  }
+  // The agent's digest is the model's name (it differs from the file's hash only for a manifest
+  // file that is not canonical).
+  hex = joined.model;
+  // Each status request waits at the agent until the model is complete, or for one progress period.
+  let status = joined;
+  for (;;) {
+    options.onProgress?.(status);
+    if (status.complete) break;
+    if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
+    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${PROGRESS_PERIOD_MS}`, 'GET');
+  }
+  options.onAgentComplete?.(status);
+  if (status.filesDir !== undefined && resolve(status.filesDir) === to)
+    return { status, placement: { how: 'direct' } };
+  // The agent's verified files are on this machine: its own cache is placed without reading it;
+  // anything else is read from disk when this process can (verified against the manifest) and
+  // through the local API otherwise.
+  const local = status.filesDir !== undefined && (await readable(status.filesDir));
+  // Files already in the destination (a pull run again) are checked by the verified pull, which
+  // keeps those that match and fetches the rest.
+  const { placeFiles, someFilesPresent } = await import('../pull/place.js');
+  if (
+    local &&
+    status.filesAt === 'cache' &&
+    status.filesDir !== undefined &&
+    !(await someFilesPresent(to, await manifest()))
+  ) {
+    const result = await placeFiles(status.filesDir, to, await manifest(), {
+      mode: options.place ?? 'copy',
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    });
+    return { status, placement: { how: 'placed', result } };
+  }
+  const [{ pull }, { LocalOrigin }, { HttpOrigin }] = await Promise.all([
+    import('../pull/pull.js'),
+    import('../origin/local.js'),
+    import('../origin/http.js'),
+  ]);
+  const files = (await manifest()).files;
+  const origin: Origin =
+    local && status.filesDir !== undefined
+      ? new LocalOrigin(status.filesDir)
+      : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
+          files: files.map((file) => ({ path: file.path, size: file.size })),
+        });
+  try {
+    const result = await pull(origin, dest, {
+      manifest: await manifest(),
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      ...(options.onPullEvent === undefined ? {} : { onEvent: options.onPullEvent }),
+    });
+    return { status, placement: { how: 'verified-copy', result } };
+  } finally {
+    await origin.close();
+  }
+}
+
+/**
+ * An agent's status answer, checked field by field (this module stays free of the schema library,
+ * which costs a pull process more to load than the rest of it). A model the agent had to stop (its
+ * disk could not take it) fails the pull with the agent's error.
+ */
+function checkStatus(raw: unknown, base: string): ModelStatus {
+  const malformed = (): WeightcastError =>
+    new WeightcastError('SWARM_PROTOCOL', `the agent at ${base} sent a malformed status`);
+  if (typeof raw !== 'object' || raw === null) throw malformed();
+  const value = raw as Record<string, unknown>;
+  const numbers = [
+    'pieceCount',
+    'held',
+    'heldBytes',
+    'totalBytes',
+    'originBytes',
+    'peerBytes',
+    'corruptPieces',
+    'duplicateBytes',
+    'fileCount',
+  ] as const;
+  if (typeof value['model'] !== 'string' || !/^[0-9a-f]{64}$/.test(value['model'])) throw malformed();
+  for (const key of numbers)
+    if (typeof value[key] !== 'number' || !Number.isFinite(value[key])) throw malformed();
+  if (typeof value['complete'] !== 'boolean' || typeof value['registered'] !== 'boolean') throw malformed();
+  const failed = value['failed'] as { code?: unknown; message?: unknown } | null | undefined;
+  if (failed !== undefined) {
+    const code = failed?.code;
+    const message = failed?.message;
+    if (typeof code !== 'string' || typeof message !== 'string') throw malformed();
+    throw remoteError({ code, message }, `the agent at ${base}`);
+  }
+  const filesDir = value['filesDir'];
+  const filesAt = value['filesAt'];
+  if (filesDir !== undefined && (typeof filesDir !== 'string' || filesDir.length > 4096)) throw malformed();
+  if (filesAt !== undefined && filesAt !== 'cache' && filesAt !== 'destination') throw malformed();
+  const number = (key: (typeof numbers)[number]): number => value[key] as number;
+  return {
+    model: value['model'],
+    fileCount: number('fileCount'),
+    pieceCount: number('pieceCount'),
+    held: number('held'),
+    heldBytes: number('heldBytes'),
+    complete: value['complete'],
+    totalBytes: number('totalBytes'),
+    originBytes: number('originBytes'),
+    peerBytes: number('peerBytes'),
+    corruptPieces: number('corruptPieces'),
+    duplicateBytes: number('duplicateBytes'),
+    registered: value['registered'],
+    ...(filesDir === undefined ? {} : { filesDir }),
+    ...(filesAt === undefined ? {} : { filesAt }),
+  };
+}
+
+/** A source that names a directory of this machine rather than a URL. */
+function isPathSource(source: string): boolean {
+  return !/^[a-z][a-z0-9+.-]*:/i.test(source) || isAbsolute(source);
+}
+
+async function readable(dir: string): Promise<boolean> {
+  try {
+    await access(dir, constants.R_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}

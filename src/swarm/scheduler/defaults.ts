@@ -1,0 +1,34 @@
+/**
+ * The scheduler's options and their defaults, apart from the service itself: `weightcast scheduler
+ * --help` shows them without loading the scheduler. Imports only the core's vocabulary (types.ts),
+ * which has no imports of its own.
+ */
+
+import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../core/types.js';
+
+export interface SwarmServiceOptions {
+  /** At most this many transfers read the origin at once (`--origin-readers`). */
+  originReaders: number;
+  /** Upload rate the core assumes for the origin when planning (it only ranks, never limits). */
+  originBytesPerSecond: number;
+  downloadsPerHost: number;
+  uploadsPerHost: number;
+  /** A host not heard from for this long is dropped and its transfers re-planned. */
+  hostTimeoutMs: number;
+  randomSeed: number;
+  /** SwarmConfig.ringParents (0 = off). */
+  ringParents: number;
+  /** SwarmConfig.hedgeTailPieces: a host's last this many pieces may be hedged (0 = never). */
+  hedgeTailPieces: number;
+}
+
+export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
+  originReaders: 4,
+  originBytesPerSecond: 1.25e9,
+  downloadsPerHost: 4,
+  uploadsPerHost: 4,
+  hostTimeoutMs: 10_000,
+  randomSeed: 1,
+  ringParents: RING_PARENTS_DEFAULT,
+  hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
+};

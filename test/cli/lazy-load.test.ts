@@ -1,0 +1,148 @@
+/**
+ * The CLI loads only what a command needs: help, and a command stopped by its own flags, read the
+ * definitions in src/cli/definitions and never the implementations in src/cli/commands (the swarm,
+ * the loader, the seed tier, zod, undici); a swarm agent starts without undici or the seed tier.
+ * Checked on the real process through a module-load hook, by what is loaded rather than by how long
+ * it takes.
+ */
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
+import { tempDir } from '../helpers/fixtures.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const BIN = join(ROOT, 'bin', 'weightcast.js');
+const HOOK = fileURLToPath(new URL('../helpers/module-log.js', import.meta.url));
+const SRC = pathToFileURL(join(ROOT, 'dist', 'src')).href + '/';
+
+interface Edge {
+  parent: string;
+  child: string;
+}
+
+/** Runs the CLI with `argv` and returns every import it resolved; the exit code is not checked here. */
+async function importsOf(argv: readonly string[]): Promise<Edge[]> {
+  const dir = await tempDir('lazy-load');
+  try {
+    const log = join(dir.path, 'modules.log');
+    await promisify(execFile)(process.execPath, ['--import', HOOK, BIN, ...argv], {
+      env: { ...process.env, WEIGHTCAST_MODULE_LOG: log },
+    }).catch((error: unknown) => error);
+    return parseLog(await readFile(log, 'utf8'));
+  } finally {
+    await dir.cleanup();
+  }
+}
+
+function parseLog(text: string): Edge[] {
+  return text
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line) => {
+      const [parent = '', child = ''] = line.split(' -> ');
+      return { parent, child };
+    });
+}
+
+function packageOf(url: string): string | undefined {
+  return /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
+}
+
+function sourcePath(url: string): string | undefined {
+  return url.startsWith(SRC) ? url.slice(SRC.length) : undefined;
+}
+
+for (const argv of [
+  ['--help'],
+  ['pull', '--help'],
+  ['agent', '--help'],
+  ['serve', '--help'],
+  ['--version'],
+  ['agent'],
+]) {
+  test(`weightcast ${argv.join(' ')} loads no command implementation`, async () => {
+    const edges = await importsOf(argv);
+    const loaded = new Set(edges.map((edge) => edge.child));
+    // The hook saw the process: without this the test could pass on an empty log.
+    assert.ok(
+      [...loaded].some((url) => packageOf(url) === 'commander'),
+      `commander not seen in ${[...loaded].join(', ')}`,
+    );
+    const packages = new Set([...loaded].flatMap((url) => packageOf(url) ?? []));
+    assert.deepEqual([...packages], ['commander']);
+    const sources = [...loaded].flatMap((url) => sourcePath(url) ?? []);
+    assert.ok(sources.includes('cli/definitions/index.js'), sources.join(', '));
+    assert.deepEqual(
+      sources.filter((path) => path.startsWith('cli/commands/')),
+      [],
+      'a definition imports its command at run time',
+    );
+    // Outside the CLI, help may only read constants: modules that import nothing but each other.
+    const heavy = edges.filter((edge) => {
+      const parent = sourcePath(edge.parent);
+      return parent !== undefined && !parent.startsWith('cli/') && sourcePath(edge.child) === undefined;
+    });
+    assert.deepEqual(
+      heavy.map((edge) => `${sourcePath(edge.parent)} imports ${edge.child}`),
+      [],
+      'a module the CLI reads for its help does more than hold constants',
+    );
+  });
+}
+
+test('a swarm agent listens without loading undici or the seed tier', async () => {
+  const dir = await tempDir('lazy-load-agent');
+  try {
+    const log = join(dir.path, 'modules.log');
+    // Nothing needs the scheduler before a model is joined, so an address with no server will do.
+    const argv = [
+      'agent',
+      '--scheduler',
+      'http://127.0.0.1:9',
+      '--cache',
+      join(dir.path, 'cache'),
+      '--port',
+      '0',
+    ];
+    const child = spawn(process.execPath, ['--import', HOOK, BIN, ...argv], {
+      env: { ...process.env, WEIGHTCAST_MODULE_LOG: log },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = once(child, 'exit');
+    try {
+      const lines = createInterface({ input: child.stdout });
+      const listening = new Promise<void>((resolve) =>
+        lines.on('line', (line) => {
+          if (line.includes('listening on')) resolve();
+        }),
+      );
+      await Promise.race([
+        listening,
+        exited.then(() => assert.fail('the agent exited before it listened')),
+        new Promise((_, reject) =>
+          setTimeout(() => reject(new Error('no listening line in 15 s')), 15_000).unref(),
+        ),
+      ]);
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+    const loaded = parseLog(await readFile(log, 'utf8')).map((edge) => edge.child);
+    assert.ok(loaded.some((url) => sourcePath(url) === 'swarm/agent/agent.js'));
+    assert.deepEqual(
+      loaded.filter(
+        (url) => packageOf(url) === 'undici' || sourcePath(url)?.startsWith('seed/node/') === true,
+      ),
+      [],
+    );
+  } finally {
+    await dir.cleanup();
+  }
+});

@@ -1,0 +1,261 @@
+/**
+ * The user's flow on a host with an agent: `weightcast pull SRC --to DIR --manifest M` finds the
+ * agent by itself, the agent writes the model straight into DIR (no second copy, no second hash),
+ * and the pull says how the files got there. Real processes for the pulls; the agent, scheduler
+ * and origin in this process, on 127.0.0.1.
+ */
+
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { buildManifest } from '../../src/manifest/build.js';
+import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { Agent } from '../../src/swarm/agent/agent.js';
+import { findLocalAgent } from '../../src/swarm/local-agent.js';
+import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { CLI } from '../../scripts/cluster.js';
+import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+
+const run = promisify(execFile);
+
+let work: { path: string; cleanup: () => Promise<void> };
+let modelDir: string;
+let manifest: Manifest;
+let manifestPath: string;
+let hex: string;
+let paths: string[];
+let origin: FileServer;
+let scheduler: SchedulerServer;
+
+before(async () => {
+  work = await tempDir('user-flow');
+  modelDir = join(work.path, 'origin');
+  await writeSmallModel(modelDir);
+  const local = new LocalOrigin(modelDir);
+  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+  manifestPath = join(work.path, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  hex = manifestDigest(manifest).slice('sha256:'.length);
+  paths = manifest.files.map((file) => file.path);
+  origin = await startFileServer({ root: modelDir });
+  scheduler = await startScheduler();
+});
+
+after(async () => {
+  await origin.close();
+  await scheduler.close();
+  await work.cleanup();
+});
+
+async function withAgent(
+  name: string,
+  body: (agent: Agent) => Promise<void>,
+  downloadBytesPerSecond?: number,
+): Promise<void> {
+  const agent = await Agent.start({
+    schedulerUrl: scheduler.url,
+    cacheDir: join(work.path, name),
+    ...(downloadBytesPerSecond === undefined ? {} : { downloadBytesPerSecond }),
+  });
+  try {
+    await body(agent);
+  } finally {
+    await agent.close();
+  }
+}
+
+async function pullCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ stdout: string; stderr: string; last: Record<string, unknown> }> {
+  const { stdout, stderr } = await run(process.execPath, [CLI, 'pull', ...args, '--json'], {
+    env: { ...process.env, ...env },
+    timeout: 60_000,
+  });
+  const last = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as Record<string, unknown>;
+  return { stdout, stderr, last };
+}
+
+describe('finding the local agent', () => {
+  it('takes $WEIGHTCAST_AGENT, honours off, and rejects what is not a URL', async () => {
+    assert.deepEqual(await findLocalAgent({ WEIGHTCAST_AGENT: 'http://127.0.0.1:7999/' }), {
+      found: true,
+      url: 'http://127.0.0.1:7999',
+      via: 'env',
+    });
+    assert.deepEqual(await findLocalAgent({ WEIGHTCAST_AGENT: 'off' }), { found: false, reason: 'disabled' });
+    await assert.rejects(findLocalAgent({ WEIGHTCAST_AGENT: 'agent:7100' }), { code: 'USAGE' });
+  });
+
+  it('probes: an agent answers, a closed port and a server that is not an agent do not', async () => {
+    await withAgent('probe', async (agent) => {
+      assert.deepEqual(await findLocalAgent({}, undefined, agent.url), {
+        found: true,
+        url: agent.url,
+        via: 'probe',
+      });
+    });
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const closedUrl = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    assert.deepEqual(await findLocalAgent({}, undefined, closedUrl), {
+      found: false,
+      reason: 'none-listening',
+    });
+    // The scheduler answers /healthz too, but not as an agent.
+    assert.deepEqual(await findLocalAgent({}, undefined, scheduler.url), {
+      found: false,
+      reason: 'none-listening',
+    });
+  });
+});
+
+describe('pull through the agent of this host', { timeout: 120_000 }, () => {
+  it('has the agent write the model straight into the destination, once', async () => {
+    await withAgent('direct', async (agent) => {
+      const dest = join(work.path, 'dest-direct');
+      const { last, stderr } = await pullCli([origin.url, '--to', dest, '--manifest', manifestPath], {
+        WEIGHTCAST_AGENT: agent.url,
+      });
+      assert.equal(last['event'], 'done');
+      assert.equal(last['placed'], 'direct');
+      assert.ok(await sameFiles(modelDir, dest, paths));
+      // Only the model: the partial files' folders are gone.
+      assert.deepEqual(
+        (await readdir(dest)).sort(),
+        [...new Set(paths.map((path) => path.split('/')[0]!))].sort(),
+      );
+      const status = agent.status(hex);
+      assert.equal(status.filesDir, dest);
+      assert.equal(status.filesAt, 'destination');
+      // The agent's cache holds the state, not a second copy of the files.
+      assert.equal(await stat(join(work.path, 'direct', hex, 'files')).catch(() => undefined), undefined);
+      assert.ok(!stderr.includes('copying'), stderr);
+
+      // The same pull again is done at once; into a second directory, the bytes are read and verified.
+      assert.equal(
+        (
+          await pullCli([origin.url, '--to', dest, '--manifest', manifestPath], {
+            WEIGHTCAST_AGENT: agent.url,
+          })
+        ).last['placed'],
+        'direct',
+      );
+      const second = join(work.path, 'dest-second');
+      const again = await pullCli([origin.url, '--to', second, '--manifest', manifestPath], {
+        WEIGHTCAST_AGENT: agent.url,
+      });
+      assert.equal(again.last['placed'], 'verified-copy');
+      assert.ok(await sameFiles(modelDir, second, paths));
+    });
+  });
+
+  it("places a model from the agent's cache without reading it, and links it on request", async () => {
+    await withAgent('cached', async (agent) => {
+      await agent.join({ source: origin.url, manifest });
+      await agent.whenComplete(hex);
+      assert.equal(agent.status(hex).filesAt, 'cache');
+      const copied = join(work.path, 'dest-copied');
+      const linked = join(work.path, 'dest-linked');
+      const env = { WEIGHTCAST_AGENT: agent.url };
+      const first = await pullCli([origin.url, '--to', copied, '--manifest', manifestPath], env);
+      assert.ok(
+        first.last['placed'] === 'copy' || first.last['placed'] === 'reflink',
+        String(first.last['placed']),
+      );
+      const second = await pullCli([origin.url, '--to', linked, '--manifest', manifestPath, '--link'], env);
+      assert.equal(second.last['placed'], 'link');
+      const cached = join(work.path, 'cached', hex, 'files');
+      for (const dir of [copied, linked]) assert.ok(await sameFiles(modelDir, dir, paths));
+      const shard = paths.find((path) => path.endsWith('.safetensors'))!;
+      assert.equal((await stat(join(linked, shard))).ino, (await stat(join(cached, shard))).ino);
+      assert.notEqual((await stat(join(copied, shard))).ino, (await stat(join(cached, shard))).ino);
+    });
+  });
+
+  it('waits for an agent that is still starting', async () => {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const dest = join(work.path, 'dest-late');
+    const pulling = pullCli(
+      [origin.url, '--to', dest, '--manifest', manifestPath, '--agent', `http://127.0.0.1:${port}`],
+      {},
+    );
+    await sleep(700);
+    const agent = await Agent.start({ schedulerUrl: scheduler.url, cacheDir: join(work.path, 'late'), port });
+    try {
+      const { last } = await pulling;
+      assert.equal(last['placed'], 'direct');
+      assert.ok(await sameFiles(modelDir, dest, paths));
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('pulls from the origin itself with WEIGHTCAST_AGENT=off or --no-agent, and without a manifest', async () => {
+    await withAgent('skipped', async (agent) => {
+      const off = await pullCli(
+        [origin.url, '--to', join(work.path, 'dest-off'), '--manifest', manifestPath],
+        { WEIGHTCAST_AGENT: 'off' },
+      );
+      assert.equal(off.last['placed'], undefined);
+      assert.equal(
+        off.last['piecesFetched'],
+        manifest.files.reduce((sum, file) => sum + file.pieces.length, 0),
+      );
+      const flag = await pullCli(
+        [origin.url, '--to', join(work.path, 'dest-flag'), '--manifest', manifestPath, '--no-agent'],
+        { WEIGHTCAST_AGENT: agent.url },
+      );
+      assert.equal(flag.last['placed'], undefined);
+      const bare = await pullCli([origin.url, '--to', join(work.path, 'dest-bare')], {
+        WEIGHTCAST_AGENT: agent.url,
+      });
+      assert.equal(bare.last['verified'], false);
+      assert.match(bare.stderr, /needs --manifest/);
+      assert.throws(() => agent.status(hex), { code: 'SWARM_UNKNOWN_MODEL' });
+    });
+  });
+
+  it('resumes into the destination after a restart, and refuses a destination it cannot write with IO', async () => {
+    const dest = join(work.path, 'dest-resumed');
+    await withAgent(
+      'resumed',
+      async (agent) => {
+        await agent.join({ source: origin.url, manifest, to: dest });
+        for (let tries = 0; tries < 200 && agent.status(hex).held < 4; tries++) await sleep(20);
+        assert.ok(
+          agent.status(hex).held >= 4 && !agent.status(hex).complete,
+          'the throttled agent should be part way',
+        );
+      },
+      256 * 1024,
+    );
+    const job = JSON.parse(await readFile(join(work.path, 'resumed', hex, 'job.json'), 'utf8')) as {
+      to?: string;
+    };
+    assert.equal(job.to, dest);
+    await withAgent('resumed', async (agent) => {
+      await agent.whenComplete(hex);
+      assert.equal(agent.status(hex).filesDir, dest);
+      assert.ok(await sameFiles(modelDir, dest, paths));
+    });
+    // A destination under a regular file cannot be made, whoever runs the agent.
+    await withAgent('refused', async (agent) => {
+      await assert.rejects(agent.join({ source: origin.url, manifest, to: join(dest, 'config.json', 'x') }), {
+        code: 'IO',
+      });
+    });
+  });
+});
