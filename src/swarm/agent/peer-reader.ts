@@ -31,9 +31,11 @@ export class PeerReader {
   private http: HttpOrigin | undefined;
 
   constructor(private readonly options: PeerReaderOptions) {
-    this.wire = options.wire
-      ? new PeerWireClient({ url: options.url, model: options.model, idleTimeoutMs: options.idleTimeoutMs })
-      : undefined;
+    // The wire upgrades a plain-http agent port; a peer advertised behind https is read over HTTP.
+    this.wire =
+      options.wire && options.url.startsWith('http:')
+        ? new PeerWireClient({ url: options.url, model: options.model, idleTimeoutMs: options.idleTimeoutMs })
+        : undefined;
   }
 
   async readInto(
