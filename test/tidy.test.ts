@@ -18,6 +18,7 @@ const PURE = [
   'src/seed/plan',
   'src/origin/retry.ts',
   'src/origin/response-reader.ts',
+  'src/swarm/wire/peer-frames.ts',
   'src/manifest/merkle.ts',
   'src/format/inspect.ts',
   'src/format/json-keys.ts',

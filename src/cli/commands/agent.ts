@@ -52,6 +52,8 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
       ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
       ...(flags.injectCorruptUploads === true ? { corruptUploads: true } : {}),
+      // For comparisons: WEIGHTCAST_PEER_WIRE=0 reads peers over HTTP ranges, as before the peer wire.
+      ...(process.env['WEIGHTCAST_PEER_WIRE'] === '0' ? { peerWire: false } : {}),
       onEvent: (event) => printEvent(io, event, json),
     });
     await seed?.register(flags.scheduler, agent.name, agent.url, io.signal).catch(async (error: unknown) => {

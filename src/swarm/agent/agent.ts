@@ -34,9 +34,12 @@ import { Throttle } from '../../util/throttle.js';
 import { PieceMap } from '../../piece/piece-map.js';
 import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
 import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { PEER_WIRE_PATH } from '../wire/peer-frames.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { OpeningStore, type MemberStore } from './member-store.js';
+import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
+import { UploadSlots } from './upload-slots.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -59,6 +62,11 @@ export interface AgentOptions {
   downloadsMax?: number;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
   corruptUploads?: boolean;
+  /**
+   * Read pieces from peers over the peer wire (default true; false: HTTP ranges, as before it).
+   * The agent serves both either way.
+   */
+  peerWire?: boolean;
   /** Resume the models found in the cache. Default true. */
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
@@ -146,8 +154,8 @@ export class Agent {
   private readonly joining = new Map<string, Promise<Joined>>();
   private readonly uploadThrottle: Throttle;
   private readonly downloadThrottle: Throttle;
-  private uploads = 0;
-  private readonly uploadBuffers: Buffer[] = [];
+  private readonly uploads: UploadSlots;
+  private readonly peerWire: PeerWireServer;
   private localReads = 0;
   private server!: Server;
   /** The local API on 127.0.0.1, when the main server listens elsewhere. */
@@ -159,6 +167,13 @@ export class Agent {
   private constructor(private readonly options: AgentOptions) {
     this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
     this.downloadThrottle = new Throttle(options.downloadBytesPerSecond);
+    this.uploads = new UploadSlots(options.uploadsMax ?? 8);
+    this.peerWire = new PeerWireServer({
+      model: (hex) => this.servedModel(hex),
+      uploads: this.uploads,
+      throttle: this.uploadThrottle,
+      ...(options.corruptUploads === true ? { corruptUploads: true } : {}),
+    });
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -225,6 +240,7 @@ export class Agent {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    this.peerWire.close();
     this.server.closeAllConnections();
     this.loopbackServer?.closeAllConnections();
     this.loopbackServer?.close();
@@ -319,6 +335,7 @@ export class Agent {
           ...(this.options.rack === undefined ? {} : { rack: this.options.rack }),
         },
         downloadThrottle: this.downloadThrottle,
+        ...(this.options.peerWire === undefined ? {} : { peerWire: this.options.peerWire }),
         ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
         onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
       });
@@ -402,6 +419,15 @@ export class Agent {
 
   private async listen(): Promise<void> {
     this.server = this.httpServer();
+    // Peers reach the peer wire on the port they know (the loopback server is for the local API).
+    this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (new URL(req.url ?? '/', 'http://agent').pathname === PEER_WIRE_PATH && PeerWireServer.wants(req)) {
+        this.peerWire.accept(socket, head);
+        return;
+      }
+      socket.on('error', () => undefined);
+      socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    });
     await listenOn(this.server, this.options.host ?? '127.0.0.1', this.options.port ?? 0);
     const address = this.server.address() as AddressInfo;
     if (
@@ -607,14 +633,13 @@ export class Agent {
     res: ServerResponse,
     headers: Record<string, string | number>,
   ): Promise<void> {
-    const slots = this.options.uploadsMax ?? 8;
-    if (this.uploads >= slots) throw new WeightcastError('SWARM_BUSY', `all ${slots} upload slots are busy`);
-    this.uploads++;
-    const pooled = this.uploadBuffers.pop() ?? Buffer.allocUnsafeSlow(entry.map.pieceSize);
+    if (!this.uploads.tryAcquire()) {
+      throw new WeightcastError('SWARM_BUSY', `all ${this.uploads.slotsMax} upload slots are busy`);
+    }
+    const pooled = this.uploads.take(end - start, entry.map.pieceSize);
     let reusable = false;
     try {
-      const buffer =
-        pooled.length >= end - start ? pooled.subarray(0, end - start) : Buffer.allocUnsafe(end - start);
+      const buffer = pooled.subarray(0, end - start);
       await entry.store.readFileRange(fileIndex, start, buffer);
       if (this.options.corruptUploads === true && buffer.length > 0) {
         buffer[buffer.length >> 1] = (buffer[buffer.length >> 1] ?? 0) ^ 0xff;
@@ -624,10 +649,27 @@ export class Agent {
       await new Promise<void>((resolve) => res.end(resolve));
       reusable = true;
     } finally {
-      this.uploads--;
+      this.uploads.release();
       // A buffer whose response did not finish may still be referenced by the socket.
-      if (reusable && pooled.length === entry.map.pieceSize) this.uploadBuffers.push(pooled);
+      if (reusable) this.uploads.giveBack(pooled);
     }
+  }
+
+  /** A joined model as the peer wire serves it: verified pieces only. */
+  private servedModel(hex: string): ServedModel | undefined {
+    const entry = this.joined.get(hex);
+    if (entry === undefined) return undefined;
+    const { map, store } = entry;
+    return {
+      pieceCount: map.pieceCount,
+      pieceSize: map.pieceSize,
+      pieceLength: (piece) => map.pieceLength(piece),
+      has: (piece) => store.has(piece),
+      read: async (piece, offset, target) => {
+        const where = map.locate(piece);
+        await store.readFileRange(where.fileIndex, where.offset + offset, target);
+      },
+    };
   }
 }
 

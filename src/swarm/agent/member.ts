@@ -14,7 +14,6 @@ import { randomInt } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
-import { HttpOrigin } from '../../origin/http.js';
 import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../../piece/piece-map.js';
@@ -33,6 +32,7 @@ import {
 import { callJson } from '../wire/http-json.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../wire/sync-channel.js';
 import type { MemberStore } from './member-store.js';
+import { PeerReader } from './peer-reader.js';
 
 export interface MemberIdentity {
   name: string;
@@ -62,6 +62,11 @@ export interface MemberOptions {
   schedulerSilenceMs?: number;
   /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
   peerIdleTimeoutMs?: number;
+  /**
+   * Read from peers over the peer wire (peer-wire-client.ts), falling back to HTTP for a peer that
+   * does not speak it. Default true; false reads every peer over HTTP ranges, as before the wire.
+   */
+  peerWire?: boolean;
   /**
    * A manifest up to this many bytes rides along with every registration; a larger one is sent only
    * when the scheduler does not know the model yet. Default MANIFEST_INLINE_BYTES_MAX.
@@ -205,11 +210,14 @@ export class SwarmMember {
   private readonly downloadsMax: number;
   /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
   private readonly buffers: Buffer[] = [];
-  /** One keep-alive HTTP client per peer, reading pieces straight into the buffers. */
-  private readonly peers = new Map<string, HttpOrigin>();
+  /** One reader per peer (a persistent connection), reading pieces straight into the buffers. */
+  private readonly peers = new Map<string, PeerReader>();
+  /** File path to manifest index, for the peer readers. */
+  private readonly fileIndex: ReadonlyMap<string, number>;
 
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
+    this.fileIndex = new Map(options.map.manifest.files.map((file, index) => [file.path, index]));
     this.complete = new Promise<void>((resolve, reject) => {
       this.completeResolve = resolve;
       this.completeReject = reject;
@@ -670,7 +678,7 @@ export class SwarmMember {
    * the 8-agent loopback demo: that halved the swarm's throughput.
    */
   private async readChunked(
-    source: Origin,
+    source: Pick<Origin, 'readInto'>,
     fetch: Fetch,
     buffer: Buffer,
     signal: AbortSignal,
@@ -694,27 +702,16 @@ export class SwarmMember {
     }
   }
 
-  private peerClient(peerUrl: string): HttpOrigin {
+  private peerClient(peerUrl: string): PeerReader {
     let client = this.peers.get(peerUrl);
     if (client === undefined) {
-      const idle = this.options.peerIdleTimeoutMs ?? 10_000;
-      client = new HttpOrigin(`${peerUrl.replace(/\/+$/, '')}/v1/models/${this.options.model}/files/`, {
-        files: this.options.map.manifest.files.map((file) => ({ path: file.path, size: file.size })),
-        // The scheduler decides what happens after a failed transfer; no retries here.
-        retries: 0,
-        // One connection per peer: a transfer pipelined behind the current one (ring parents get
-        // the next piece before this one ends) waits for the socket instead of splitting the pair's
-        // bandwidth over two flows; one warm TCP flow per pair. netns fan-out 12.4-12.6 s against
-        // 12.5-12.8 s with 4 (5 alternating runs each), and less CPU.
-        connections: 1,
-        // The pipelined transfer's request goes out at once, behind the current one on the socket,
-        // so its bytes follow with no round trip between. Waiting for the socket left each pair idle
-        // for a loaded round trip (p50 28 ms) between pieces of ~80 ms on the wire; netns fan-out
-        // 12.22 s against 12.35 s on average over 10 alternating pairs.
-        pipeline: 2,
-        headersTimeoutMs: idle,
-        bodyIdleTimeoutMs: idle,
-        connectTimeoutMs: idle,
+      client = new PeerReader({
+        url: peerUrl,
+        model: this.options.model,
+        map: this.options.map,
+        fileIndex: this.fileIndex,
+        idleTimeoutMs: this.options.peerIdleTimeoutMs ?? 10_000,
+        wire: this.options.peerWire ?? true,
       });
       this.peers.set(peerUrl, client);
     }
