@@ -5,6 +5,7 @@
 
 import { fluidLowerBoundSeconds } from '../../src/sim/bound.js';
 import { formatSeconds } from '../../src/util/units.js';
+import type { CpuTimes } from './cgroup.js';
 
 export interface Setting {
   hosts: number;
@@ -20,9 +21,13 @@ export interface LegMeasurement {
   hostsVerified: number;
   /** Bytes the origin host sent during the leg; undefined when not measured. */
   originBytes: number | undefined;
-  /** Cores the benchmark's own processes kept busy on average during the pulls, when known. */
-  cpuCores?: number;
-  /** Cores busy on the whole machine on average during the pulls (other users' work included). */
+  /** CPU time of the leg's processes from the clock's start to the last host's finish, when known. */
+  cpu?: CpuTimes;
+  /** How `cpu` was counted: the leg's cgroup, or /proc of the processes still alive at the end. */
+  cpuSource?: 'cgroup' | 'proc';
+  /** Seconds between the two CPU readings. */
+  wallSeconds?: number;
+  /** Cores busy on the whole machine on average during the leg (other users' work included). */
   machineCores?: number;
   /** What went wrong in a leg that ran. */
   problem?: string;
@@ -40,6 +45,11 @@ export interface LegSummary {
   p50Seconds: number | undefined;
   efficiency: number | undefined;
   originRatio: number | undefined;
+  /** User-mode and kernel CPU-seconds per GiB delivered (hosts x S). */
+  userCpuPerGiB: number | undefined;
+  kernelCpuPerGiB: number | undefined;
+  cpuSource: 'cgroup' | 'proc' | undefined;
+  /** The leg's processes' CPU time over the leg's wall time. */
   cpuCores: number | undefined;
   machineCores: number | undefined;
   problem?: string;
@@ -74,7 +84,17 @@ export function median(values: readonly number[]): number | undefined {
   return sorted[Math.floor((sorted.length - 1) / 2)];
 }
 
+/**
+ * The pipelined chain's fluid time: every byte crosses each link once at the payload rate of the
+ * slowest cap, and all links run at once.
+ */
+export function chainFluidSeconds(setting: Setting, payloadShare: number): number {
+  return setting.totalBytes / (bytesPerSecond(Math.min(setting.hostMbps, setting.originMbps)) * payloadShare);
+}
+
 export function summarizeLeg(measurement: LegMeasurement, setting: Setting): LegSummary {
+  const deliveredGiB = (setting.hosts * setting.totalBytes) / 2 ** 30;
+  const { cpu, wallSeconds } = measurement;
   const finished = measurement.hostSeconds.filter((s): s is number => s !== undefined);
   const allFinished = finished.length === setting.hosts && measurement.hostSeconds.length === setting.hosts;
   const tLast = allFinished ? Math.max(...finished) : undefined;
@@ -88,7 +108,13 @@ export function summarizeLeg(measurement: LegMeasurement, setting: Setting): Leg
     efficiency: tLast === undefined ? undefined : lowerBoundSeconds(setting) / tLast,
     originRatio:
       measurement.originBytes === undefined ? undefined : measurement.originBytes / setting.totalBytes,
-    cpuCores: measurement.cpuCores,
+    userCpuPerGiB: cpu === undefined ? undefined : cpu.userSeconds / deliveredGiB,
+    kernelCpuPerGiB: cpu === undefined ? undefined : cpu.systemSeconds / deliveredGiB,
+    cpuSource: cpu === undefined ? undefined : measurement.cpuSource,
+    cpuCores:
+      cpu === undefined || wallSeconds === undefined || wallSeconds <= 0
+        ? undefined
+        : (cpu.userSeconds + cpu.systemSeconds) / wallSeconds,
     machineCores: measurement.machineCores,
     ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
     ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
@@ -107,11 +133,18 @@ export function parseMachineBusyTicks(procStat: string): number | undefined {
   return [user, nice, system, irq, softirq, steal].reduce<number>((sum, f) => sum + (f ?? 0), 0);
 }
 
+export interface ProcTicks {
+  user: number;
+  system: number;
+  reapedChildrenUser: number;
+  reapedChildrenSystem: number;
+}
+
 /**
- * From a `/proc/PID/stat` line: the process's own CPU ticks (utime + stime) and those of its
- * children it has reaped (cutime + cstime).
+ * From a `/proc/PID/stat` line: the process's own CPU ticks (utime, stime) and those of its
+ * children it has reaped (cutime, cstime).
  */
-export function parseProcStatTicks(text: string): { own: number; reapedChildren: number } | undefined {
+export function parseProcStatTicks(text: string): ProcTicks | undefined {
   // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
   const fields = text
     .slice(text.lastIndexOf(')') + 2)
@@ -123,7 +156,7 @@ export function parseProcStatTicks(text: string): { own: number; reapedChildren:
   if (utime === undefined || stime === undefined || cutime === undefined || cstime === undefined)
     return undefined;
   if (![utime, stime, cutime, cstime].every(Number.isFinite)) return undefined;
-  return { own: utime + stime, reapedChildren: cutime + cstime };
+  return { user: utime, system: stime, reapedChildrenUser: cutime, reapedChildrenSystem: cstime };
 }
 
 /** A leg that ran and did not bring every host a verified copy. */
@@ -150,3 +183,52 @@ export const formatOptionalSeconds = (seconds: number | undefined): string =>
 
 export const formatOptionalNumber = (value: number | undefined, digits: number): string =>
   value === undefined ? '-' : value.toFixed(digits);
+
+/** The speed the swarm should have over the BitTorrent leg (issue 15's goal). */
+export const SPEEDUP_OVER_BITTORRENT_GOAL = 1.4;
+
+const cpuPerGiB = (leg: LegSummary): number | undefined =>
+  leg.userCpuPerGiB === undefined || leg.kernelCpuPerGiB === undefined
+    ? undefined
+    : leg.userCpuPerGiB + leg.kernelCpuPerGiB;
+
+/**
+ * The swarm rows against the BitTorrent leg (speed ratio T_bt / T_swarm, CPU ratio), the chain (the
+ * ceiling) and the simulator, for the legs that ran.
+ */
+export function comparisonLines(legs: readonly LegSummary[], simSeconds: number | undefined): string[] {
+  const byName = new Map(legs.map((leg) => [leg.leg, leg]));
+  const lines: string[] = [];
+  for (const name of ['swarm', 'swarm-warm + copy out']) {
+    const swarm = byName.get(name);
+    if (swarm?.tLastSeconds === undefined) continue;
+    const bittorrent = byName.get('bittorrent');
+    if (bittorrent?.tLastSeconds !== undefined) {
+      const speedup = bittorrent.tLastSeconds / swarm.tLastSeconds;
+      const swarmCpu = cpuPerGiB(swarm);
+      const bittorrentCpu = cpuPerGiB(bittorrent);
+      const cpuRatio =
+        swarmCpu === undefined || bittorrentCpu === undefined ? undefined : swarmCpu / bittorrentCpu;
+      lines.push(
+        `${name} vs bittorrent: T_bt / T_swarm = ${speedup.toFixed(2)} (goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ` +
+          `${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}; CPU-s/GiB (user + kernel) ` +
+          `${formatOptionalNumber(cpuRatio, 2)} x the BitTorrent leg's (goal <= 1)`,
+      );
+    }
+    const chain = byName.get('chain');
+    if (chain?.tLastSeconds !== undefined) {
+      lines.push(
+        `${name} vs chain: T_chain / T_swarm = ${(chain.tLastSeconds / swarm.tLastSeconds).toFixed(2)} ` +
+          `(the chain is the ceiling: efficiency ${formatOptionalNumber(swarm.efficiency, 3)} against its ` +
+          `${formatOptionalNumber(chain.efficiency, 3)})`,
+      );
+    }
+  }
+  for (const name of ['swarm', 'swarm-warm']) {
+    const swarm = byName.get(name);
+    if (swarm?.tLastSeconds === undefined || simSeconds === undefined) continue;
+    const error = relativeError(swarm.tLastSeconds, simSeconds);
+    lines.push(`${name} T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} %`);
+  }
+  return lines;
+}
