@@ -56,6 +56,7 @@ import {
   LegMeter,
   log,
   release,
+  RttSampler,
   runOnEveryHost,
   spawnLogged,
   START_TIMEOUT_MS,
@@ -77,6 +78,7 @@ import {
   lowerBoundSeconds,
   naiveFluidSeconds,
   renderTable,
+  rttSummary,
   summarizeLeg,
   type LegMeasurement,
   type LegSummary,
@@ -387,6 +389,8 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   const services: ChildProcess[] = [];
   let runs: HostRun[] = [];
   const listeningSeconds: number[] = [];
+  const sampler = schedulerRttSampler(context);
+  let rtts: number[] = [];
   try {
     const schedulerUrl = await startScheduler(context, meter, services);
     const ports = await agentPorts(hostSet);
@@ -430,6 +434,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       `${leg}: ${hostSet.hosts.length} hosts start agent, then pull (timeout ${Math.round(timeoutMs / 1000)} s)`,
     );
     const started = await meter.start();
+    sampler.start();
     for (const agent of agents) release(agent);
     const deadline = started + timeoutMs;
     runs = await Promise.all(
@@ -453,6 +458,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       }),
     );
     await meter.stop();
+    rtts = await sampler.stop();
     if (listeningSeconds.length > 0) {
       const sorted = [...listeningSeconds].sort((a, b) => a - b);
       log(
@@ -464,11 +470,27 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     log(`${leg}: failed: ${message}`);
     runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
   } finally {
+    await sampler.stop();
     await stopAll(services);
     await meter.close();
     if (!context.options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
   }
-  return verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg));
+  return withRtts(await verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg)), rtts);
+}
+
+/** Samples the RTT of the scheduler's connections from its namespace (netns only). */
+function schedulerRttSampler(context: LegContext): RttSampler {
+  const { hostSet, options } = context;
+  return new RttSampler(
+    hostSet,
+    options.schedulerOn === 'origin' ? hostSet.origin : hostSet.control,
+    SCHEDULER_PORT,
+  );
+}
+
+function withRtts(measurement: LegMeasurement, samplesMs: readonly number[]): LegMeasurement {
+  const summary = rttSummary(samplesMs);
+  return summary === undefined ? measurement : { ...measurement, schedulerRttMs: summary };
 }
 
 function skippedLeg(leg: string, why: string): LegMeasurement {
@@ -499,6 +521,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
   const services: ChildProcess[] = [];
   const meter = await LegMeter.open(context, leg);
   let copyMeter: LegMeter | undefined;
+  const sampler = schedulerRttSampler(context);
   try {
     const schedulerUrl = await startScheduler(context, meter, services);
     const ports = await agentPorts(hostSet);
@@ -535,6 +558,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
     );
     const hex = model.digest.slice('sha256:'.length);
     log(`${leg}: ${hostSet.hosts.length} agents asked at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
+    sampler.start();
     const joined = await runOnEveryHost(
       context,
       meter,
@@ -543,11 +567,12 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       leg,
       { selfGated: true },
     );
+    const rtts = await sampler.stop();
     for (const run of joined) if (run.problem !== undefined) log(`  ${run.problem}`);
     if (options.skipCopyOut) {
       const caches = hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
       log("swarm-warm: verifying the agents' caches");
-      return [meter.measurement(leg, joined, await verifyCopies(context, caches))];
+      return [withRtts(meter.measurement(leg, joined, await verifyCopies(context, caches)), rtts)];
     }
     // Then every host copies the model out of its agent (`pull --agent`: a verified copy into its
     // own directory); the agents already hold it, so this times the copy alone.
@@ -581,13 +606,14 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       dirs,
       join(work, `${leg}-copy`),
     );
-    const first = meter.measurement(leg, joined, copyMeasurement.hostsVerified);
+    const first = withRtts(meter.measurement(leg, joined, copyMeasurement.hostsVerified), rtts);
     return [first, combine(`${leg} + copy out`, first, copyMeasurement)];
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     log(`${leg}: failed: ${message}`);
     return [{ leg, hostSeconds: [], hostsVerified: 0, originBytes: undefined, problem: message }];
   } finally {
+    await sampler.stop();
     await stopAll(services);
     await copyMeter?.close();
     await meter.close();
@@ -765,6 +791,14 @@ function printReport(report: Report): void {
     if (leg.problem !== undefined) console.log(`${leg.leg}: FAILED: ${leg.problem}`);
   }
   if (typeof sim === 'string') console.log(`sim: ${sim}`);
+  for (const leg of report.legs) {
+    const rtt = leg.schedulerRttMs;
+    if (rtt === undefined) continue;
+    console.log(
+      `${leg.leg}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
+        `p50 ${rtt.p50.toFixed(1)} ms, p90 ${rtt.p90.toFixed(1)} ms (${rtt.samples} samples)`,
+    );
+  }
   for (const line of comparisonLines(report.legs, typeof sim === 'string' ? undefined : sim.tLastSeconds))
     console.log(line);
   printNotes(report);

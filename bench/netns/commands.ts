@@ -247,3 +247,13 @@ export function chainOriginArgv(input: { modelDir: string; firstAddress: string 
     String(CHAIN_PORT),
   ];
 }
+
+/** `ss` listing the established TCP connections on local port `port`, with their TCP info. */
+export function ssConnectionsArgv(port: number): string[] {
+  return ['ss', '-Htin', 'state', 'established', `( sport = :${port} )`];
+}
+
+/** The smoothed round-trip times (ms) in `ss -i` output, one per connection. */
+export function parseSsRttsMs(ssOutput: string): number[] {
+  return [...ssOutput.matchAll(/\brtt:([\d.]+)\//g)].map((match) => Number(match[1]));
+}

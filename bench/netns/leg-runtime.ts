@@ -17,7 +17,7 @@ import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cpuDifference, type Cgroup, type CgroupTree, type CpuTimes } from './cgroup.js';
 import { firstMatch, saveOutput, stopChild, tailOf, waitForExit } from './children.js';
-import { listensOn, wrapCommand, type WrapOptions } from './commands.js';
+import { listensOn, parseSsRttsMs, ssConnectionsArgv, wrapCommand, type WrapOptions } from './commands.js';
 import type { Options } from './options.js';
 import type { Endpoint } from './plan.js';
 import {
@@ -434,4 +434,48 @@ export function missingTools(tools: readonly string[]): string[] {
 /** Stops every child (SIGTERM, then SIGKILL), at once. */
 export async function stopAll(children: readonly ChildProcess[]): Promise<void> {
   await Promise.all(children.map((child) => stopChild(child)));
+}
+
+/** How often `RttSampler` reads the connections' round-trip times. */
+const RTT_SAMPLE_INTERVAL_MS = 500;
+
+/**
+ * Samples the kernel's smoothed RTT of every established TCP connection on `port` in an endpoint's
+ * namespace (`ss -ti`) until stopped: for the scheduler, the round trip its sync messages see,
+ * queueing in the capped links included (not the scheduler's own processing time).
+ */
+export class RttSampler {
+  readonly #samplesMs: number[] = [];
+  #stopped = false;
+  #loop: Promise<void> | undefined;
+
+  constructor(
+    private readonly hostSet: HostSet,
+    private readonly endpoint: Endpoint,
+    private readonly port: number,
+  ) {}
+
+  start(): void {
+    if (this.hostSet.mode !== 'netns' || this.#loop !== undefined) return;
+    this.#loop = this.#run();
+  }
+
+  async stop(): Promise<number[]> {
+    this.#stopped = true;
+    await this.#loop;
+    return [...this.#samplesMs];
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#stopped) {
+      try {
+        this.#samplesMs.push(
+          ...parseSsRttsMs(await runIn(this.hostSet, this.endpoint.ns, ssConnectionsArgv(this.port))),
+        );
+      } catch {
+        // A sample missed (the testbed closing, a slow ss): the next one counts.
+      }
+      await sleep(RTT_SAMPLE_INTERVAL_MS);
+    }
+  }
 }

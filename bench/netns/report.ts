@@ -29,10 +29,18 @@ export interface LegMeasurement {
   wallSeconds?: number;
   /** Cores busy on the whole machine on average during the leg (other users' work included). */
   machineCores?: number;
+  /** Swarm legs: the scheduler's TCP connections' smoothed RTTs sampled during the leg. */
+  schedulerRttMs?: RttSummary;
   /** What went wrong in a leg that ran. */
   problem?: string;
   /** Why the leg did not run at all (for example, a command not built yet). */
   skipped?: string;
+}
+
+export interface RttSummary {
+  p50: number;
+  p90: number;
+  samples: number;
 }
 
 export interface LegSummary {
@@ -52,6 +60,7 @@ export interface LegSummary {
   /** The leg's processes' CPU time over the leg's wall time. */
   cpuCores: number | undefined;
   machineCores: number | undefined;
+  schedulerRttMs?: RttSummary;
   problem?: string;
   skipped?: string;
 }
@@ -75,6 +84,15 @@ export function naiveFluidSeconds(setting: Setting): number {
     (setting.hosts * setting.totalBytes) / bytesPerSecond(setting.originMbps),
     setting.totalBytes / bytesPerSecond(setting.hostMbps),
   );
+}
+
+/** The p50 and p90 (nearest rank) of RTT samples, or undefined without samples. */
+export function rttSummary(samplesMs: readonly number[]): RttSummary | undefined {
+  if (samplesMs.length === 0) return undefined;
+  const sorted = [...samplesMs].sort((a, b) => a - b);
+  const rank = (q: number): number =>
+    sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0;
+  return { p50: rank(0.5), p90: rank(0.9), samples: sorted.length };
 }
 
 /** The lower median (for an even count, the smaller of the middle two), or undefined when empty. */
@@ -116,6 +134,7 @@ export function summarizeLeg(measurement: LegMeasurement, setting: Setting): Leg
         ? undefined
         : (cpu.userSeconds + cpu.systemSeconds) / wallSeconds,
     machineCores: measurement.machineCores,
+    ...(measurement.schedulerRttMs === undefined ? {} : { schedulerRttMs: measurement.schedulerRttMs }),
     ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
     ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
   };
