@@ -80,9 +80,11 @@ import {
   renderTable,
   rttSummary,
   summarizeLeg,
+  userFlowPhasesLine,
   type LegMeasurement,
   type LegSummary,
   type Setting,
+  type UserFlowPhases,
 } from './netns/report.js';
 import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
 
@@ -372,6 +374,8 @@ function agentArgv(
 }
 
 const AGENT_LISTENING = /weightcast agent listening on (http:\/\/\S+)/;
+/** `pull --agent --json`'s line once the agent holds the model. */
+const AGENT_COMPLETE = /"event":"agent-complete","seconds":([\d.eE+-]+)/;
 
 /**
  * The user's flow with cold agents: at the clock's start each host starts its agent; when the agent
@@ -388,7 +392,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   const meter = await LegMeter.open(context, leg);
   const services: ChildProcess[] = [];
   let runs: HostRun[] = [];
-  const listeningSeconds: number[] = [];
+  const phases: UserFlowPhases[] = [];
   const sampler = schedulerRttSampler(context);
   let rtts: number[] = [];
   try {
@@ -452,19 +456,24 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
         } catch (error) {
           return { seconds: undefined, problem: error instanceof Error ? error.message : String(error) };
         }
-        listeningSeconds.push((performance.now() - started) / 1000);
+        const agentStartSeconds = (performance.now() - started) / 1000;
         release(pull);
-        return hostFinish(pull, { exit: true }, started, deadline, host.label);
+        // The pull reports when its agent holds the model (seconds since the pull began), then copies out.
+        const agentComplete = firstMatch(
+          pull,
+          AGENT_COMPLETE,
+          Math.max(0, deadline - performance.now()),
+          'pull',
+        )
+          .then((match) => Number(match[1]))
+          .catch(() => undefined);
+        const run = await hostFinish(pull, { exit: true }, started, deadline, host.label);
+        phases.push({ agentStartSeconds, swarmSeconds: await agentComplete, totalSeconds: run.seconds });
+        return run;
       }),
     );
     await meter.stop();
     rtts = await sampler.stop();
-    if (listeningSeconds.length > 0) {
-      const sorted = [...listeningSeconds].sort((a, b) => a - b);
-      log(
-        `${leg}: agents listening ${sorted[0]?.toFixed(2)}-${sorted[sorted.length - 1]?.toFixed(2)} s after the start`,
-      );
-    }
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     log(`${leg}: failed: ${message}`);
@@ -475,7 +484,13 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     await meter.close();
     if (!context.options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
   }
-  return withRtts(await verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg)), rtts);
+  const measurement = withRtts(
+    await verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg)),
+    rtts,
+  );
+  const note = userFlowPhasesLine(phases);
+  log(`${leg}: ${note}`);
+  return { ...measurement, notes: [note] };
 }
 
 /** Samples the RTT of the scheduler's connections from its namespace (netns only). */
@@ -791,12 +806,13 @@ function printReport(report: Report): void {
     if (leg.problem !== undefined) console.log(`${leg.leg}: FAILED: ${leg.problem}`);
   }
   if (typeof sim === 'string') console.log(`sim: ${sim}`);
+  for (const leg of report.legs) for (const note of leg.notes ?? []) console.log(`${leg.leg}: ${note}`);
   for (const leg of report.legs) {
     const rtt = leg.schedulerRttMs;
     if (rtt === undefined) continue;
     console.log(
       `${leg.leg}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
-        `p50 ${rtt.p50.toFixed(1)} ms, p90 ${rtt.p90.toFixed(1)} ms (${rtt.samples} samples)`,
+        `p50 ${rtt.p50.toFixed(2)} ms, p90 ${rtt.p90.toFixed(2)} ms (${rtt.samples} samples)`,
     );
   }
   for (const line of comparisonLines(report.legs, typeof sim === 'string' ? undefined : sim.tLastSeconds))

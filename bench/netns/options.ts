@@ -108,6 +108,13 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
   if (!(SCHEDULER_PLACES as readonly string[]).includes(schedulerOn)) {
     throw new UsageError(`--scheduler-on must be ${SCHEDULER_PLACES.join(' or ')}, got ${schedulerOn}`);
   }
+  const legs = parseLegs(values.legs, values.warm);
+  if (values['skip-copy-out'] && !legs.includes('swarm-warm')) {
+    // The swarm leg is the user's flow now: its copy-out is part of what it measures.
+    throw new UsageError(
+      "--skip-copy-out applies to the warm agents' leg: use --legs swarm-warm --skip-copy-out (or add --warm)",
+    );
+  }
   return {
     hosts: integer(values.hosts, '--hosts', 1, HOSTS_MAX),
     sizeMb: integer(values['size-mb'], '--size-mb', 1, 1024 * 1024),
@@ -121,7 +128,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       values['origin-readers'] === undefined
         ? undefined
         : integer(values['origin-readers'], '--origin-readers', 1, 1024),
-    legs: parseLegs(values.legs, values.warm),
+    legs,
     work: values.work,
     loopback: values.loopback,
     keep: values.keep,

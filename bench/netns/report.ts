@@ -31,6 +31,8 @@ export interface LegMeasurement {
   machineCores?: number;
   /** Swarm legs: the scheduler's TCP connections' smoothed RTTs sampled during the leg. */
   schedulerRttMs?: RttSummary;
+  /** Lines printed under the table for this leg (for example, where its time went). */
+  notes?: string[];
   /** What went wrong in a leg that ran. */
   problem?: string;
   /** Why the leg did not run at all (for example, a command not built yet). */
@@ -61,6 +63,7 @@ export interface LegSummary {
   cpuCores: number | undefined;
   machineCores: number | undefined;
   schedulerRttMs?: RttSummary;
+  notes?: string[];
   problem?: string;
   skipped?: string;
 }
@@ -135,6 +138,7 @@ export function summarizeLeg(measurement: LegMeasurement, setting: Setting): Leg
         : (cpu.userSeconds + cpu.systemSeconds) / wallSeconds,
     machineCores: measurement.machineCores,
     ...(measurement.schedulerRttMs === undefined ? {} : { schedulerRttMs: measurement.schedulerRttMs }),
+    ...(measurement.notes === undefined ? {} : { notes: measurement.notes }),
     ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
     ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
   };
@@ -250,4 +254,39 @@ export function comparisonLines(legs: readonly LegSummary[], simSeconds: number 
     lines.push(`${name} T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} %`);
   }
   return lines;
+}
+
+/** One host of the user flow: when its agent listened, and what its pull reported. */
+export interface UserFlowPhases {
+  /** From the clock's start until the agent printed its listening line. */
+  agentStartSeconds: number;
+  /** From the pull's own start until its agent held the model (`agent-complete`), when reported. */
+  swarmSeconds: number | undefined;
+  /** The host's T (until the pull exited 0), when it finished. */
+  totalSeconds: number | undefined;
+}
+
+const spread = (values: readonly number[]): string => {
+  if (values.length === 0) return '-';
+  const sorted = [...values].sort((a, b) => a - b);
+  const p50 = median(sorted) ?? 0;
+  return `${(sorted[0] ?? 0).toFixed(2)} / ${p50.toFixed(2)} / ${(sorted[sorted.length - 1] ?? 0).toFixed(2)} s`;
+};
+
+/**
+ * Where the user flow's time went, over the hosts (min / p50 / max): the agent's start-up, the
+ * swarm (the pull asking its agent until the agent holds the model) and the rest (the pull's own
+ * start-up and the copy to the destination).
+ */
+export function userFlowPhasesLine(phases: readonly UserFlowPhases[]): string {
+  const swarm = phases.flatMap((phase) => (phase.swarmSeconds === undefined ? [] : [phase.swarmSeconds]));
+  const rest = phases.flatMap((phase) =>
+    phase.swarmSeconds === undefined || phase.totalSeconds === undefined
+      ? []
+      : [phase.totalSeconds - phase.agentStartSeconds - phase.swarmSeconds],
+  );
+  return (
+    `per host (min / p50 / max): agent start-up to listening ${spread(phases.map((phase) => phase.agentStartSeconds))}; ` +
+    `pull until its agent holds the model ${spread(swarm)}; pull start-up + copy out ${spread(rest)}`
+  );
 }

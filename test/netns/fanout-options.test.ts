@@ -45,5 +45,7 @@ test('bad flags are usage errors', () => {
   assert.throws(() => parse('--hosts', '2.5'), UsageError);
   assert.throws(() => parse('--piece-mb', '0.0000001'), UsageError);
   assert.throws(() => parse('--unknown'), TypeError);
+  assert.throws(() => parse('--legs', 'swarm', '--skip-copy-out'), /--legs swarm-warm --skip-copy-out/);
+  assert.deepEqual(parse('--legs', 'swarm-warm', '--skip-copy-out').legs, ['swarm-warm']);
   assert.equal(parseOptions(['--help'], '/tmp'), 'help');
 });
