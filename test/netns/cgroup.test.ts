@@ -9,7 +9,7 @@ import {
   cpuDifference,
   parseCpuStat,
 } from '../../bench/netns/cgroup.js';
-import { waitForExit } from '../../bench/netns/children.js';
+import { firstMatch, waitForExit } from '../../bench/netns/children.js';
 import {
   chainFluidSeconds,
   comparisonLines,
@@ -92,15 +92,21 @@ test('a leg cgroup counts the CPU of a process moved into it and is removed with
     const leaf = await tree.leaf('leg');
     assert.ok(existsSync(leaf.procsFile));
     const before = await leaf.cpu();
-    // Burns ~0.2 s of CPU in user mode, then sleeps until killed.
-    const script = 'const end = Date.now() + 200; while (Date.now() < end); setInterval(() => {}, 1000)';
-    const burner = spawn(process.execPath, ['-e', script], { stdio: 'ignore' });
+    // Once moved in (a line on stdin), hashes 128 MiB (a fixed amount of CPU, however busy the
+    // machine is), says so, then idles until killed.
+    const script =
+      "process.stdin.once('data', () => { const h = require('node:crypto').createHash('sha256');" +
+      ' const b = Buffer.alloc(65536); for (let i = 0; i < 2048; i++) h.update(b);' +
+      " console.log('done ' + h.digest('hex').length); setInterval(() => {}, 1000); })";
+    const burner = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'ignore'] });
     sleeper = burner;
     await leaf.adoptChildren([burner]);
     assert.deepEqual(await leaf.pids(), [burner.pid]);
-    await new Promise((resolve) => setTimeout(resolve, 600));
+    const done = firstMatch(burner, /^done/, 60_000, 'burner');
+    burner.stdin.write('go\n');
+    await done;
     const used = cpuDifference(await leaf.cpu(), before);
-    assert.ok(used.userSeconds > 0.05, `user ${used.userSeconds} s`);
+    assert.ok(used.userSeconds > 0.02, `user ${used.userSeconds} s`);
     await tree.removeLeaf('leg');
     assert.ok(!existsSync(leaf.path), 'leaf removed');
     assert.notEqual(await waitForExit(burner, 5000), undefined, 'what was left in it was stopped');
