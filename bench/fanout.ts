@@ -72,6 +72,7 @@ import { tcpPayloadShare, testbedTag } from './netns/plan.js';
 import {
   chainFluidSeconds,
   comparisonLines,
+  cpuByRoleLine,
   formatOptionalNumber,
   formatOptionalSeconds,
   legFailed,
@@ -267,6 +268,7 @@ async function naiveLeg(context: LegContext): Promise<LegMeasurement> {
       ],
       timeoutMs,
       leg,
+      { role: 'pulls' },
     );
   } finally {
     await meter.close();
@@ -327,7 +329,9 @@ async function startScheduler(
     String(options.ringParents),
     ...schedulingFlags(options),
   ];
-  const scheduler = await startService(context, meter, services, place.ns, argv, 'scheduler');
+  const scheduler = await startService(context, meter, services, place.ns, argv, 'scheduler', {
+    role: 'scheduler',
+  });
   const pattern = /weightcast scheduler listening on (http:\/\/\S+)/;
   const url = (await firstMatch(scheduler, pattern, START_TIMEOUT_MS, 'scheduler'))[1];
   if (url === undefined) throw new Error('scheduler printed no URL');
@@ -432,7 +436,8 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
         ...hostSet.hosts.map((host) => `pull on ${host.label}`),
       ],
     );
-    await meter.adopt([...agents, ...pulls]);
+    await meter.adopt(agents, 'agents');
+    await meter.adopt(pulls, 'pulls');
     const timeoutMs = swarmTimeoutMs(setting);
     log(
       `${leg}: ${hostSet.hosts.length} hosts start agent, then pull (timeout ${Math.round(timeoutMs / 1000)} s)`,
@@ -549,6 +554,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
           host.ns,
           agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, 'swarm-cache', host.label)),
           `agent-${host.label}`,
+          { role: 'agents' },
         ),
       ),
     );
@@ -580,7 +586,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       (_host, index) => joinArgv(agentUrls[index] ?? '', joinPath, hex),
       timeoutMs,
       leg,
-      { selfGated: true },
+      { selfGated: true, role: 'joins' },
     );
     const rtts = await sampler.stop();
     for (const run of joined) if (run.problem !== undefined) log(`  ${run.problem}`);
@@ -592,7 +598,8 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
     // Then every host copies the model out of its agent (`pull --agent`: a verified copy into its
     // own directory); the agents already hold it, so this times the copy alone.
     copyMeter = await LegMeter.open(context, `${leg}-copy`);
-    await copyMeter.adopt(services);
+    await copyMeter.adopt(services.slice(0, 1), 'scheduler');
+    await copyMeter.adopt(services.slice(1), 'agents');
     const dirs = hostSet.hosts.map((host) => join(work, `${leg}-copy`, host.label));
     const copies = await runOnEveryHost(
       context,
@@ -612,6 +619,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       ],
       timeoutMs,
       `${leg}-copy`,
+      { role: 'pulls' },
     );
     const copyMeasurement = await verifyAndMeasure(
       context,
@@ -807,6 +815,10 @@ function printReport(report: Report): void {
   }
   if (typeof sim === 'string') console.log(`sim: ${sim}`);
   for (const leg of report.legs) for (const note of leg.notes ?? []) console.log(`${leg.leg}: ${note}`);
+  for (const leg of report.legs) {
+    if (leg.cpuPerGiBByRole !== undefined)
+      console.log(`${leg.leg}: CPU-s/GiB by role (user + kernel): ${cpuByRoleLine(leg.cpuPerGiBByRole)}`);
+  }
   for (const leg of report.legs) {
     const rtt = leg.schedulerRttMs;
     if (rtt === undefined) continue;

@@ -98,6 +98,7 @@ export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement
       hostSet.origin.ns,
       opentrackerArgv({ address: hostSet.origin.address, dir, whitelistName: 'whitelist' }),
       'opentracker',
+      { role: 'tracker' },
     );
     await waitListening(hostSet, hostSet.origin, TRACKER_PORT, 'opentracker');
     await startService(
@@ -107,7 +108,7 @@ export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement
       hostSet.origin.ns,
       aria2cArgv({ role: 'seeder', torrentPath: torrent.path, dir: model.originRoot, benchPid: process.pid }),
       'aria2c-seeder',
-      true,
+      { role: 'seeder', mergeStderr: true },
     );
     log(`${leg}: the seeder checks the origin's copy, then announces`);
     await waitUntil(
@@ -142,7 +143,7 @@ export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement
       leechers,
       hostSet.hosts.map((host) => `aria2c on ${host.label}`),
     );
-    await meter.adopt(leechers);
+    await meter.adopt(leechers, 'leechers');
     log(`${leg}: ${hostSet.hosts.length} aria2c at once`);
     const started = await meter.start();
     for (const leecher of leechers) release(leecher);
@@ -230,7 +231,9 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
         fifo: join(dir, `${host.label}.fifo`),
         nextAddress: hostSet.hosts[index + 1]?.address,
       });
-      const child = await startService(context, meter, children, host.ns, argv, `chain-${host.label}`);
+      const child = await startService(context, meter, children, host.ns, argv, `chain-${host.label}`, {
+        role: 'relays',
+      });
       hostChildren.unshift(child);
       await waitListening(hostSet, host, CHAIN_PORT, `chain on ${host.label}`);
     }
@@ -244,7 +247,7 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
     );
     children.push(sender);
     await allReady([sender], ['chain origin']);
-    await meter.adopt([sender]);
+    await meter.adopt([sender], 'sender');
     log(`${leg}: origin -> ${hostSet.hosts.map((host) => host.label).join(' -> ')}`);
     const started = await meter.start();
     release(sender);

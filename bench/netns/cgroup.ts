@@ -80,9 +80,25 @@ export function cgroupProblem(): string | undefined {
 /** One leaf cgroup: a place to put processes and a CPU clock for them. */
 export class Cgroup {
   readonly path: string;
+  /** Nested cgroups (a leg's roles); `cpu.stat` of this one includes theirs. */
+  readonly #children = new Map<string, Cgroup>();
 
   constructor(path: string) {
     this.path = path;
+  }
+
+  /** The nested cgroup `name`, created on first use. */
+  async child(name: string): Promise<Cgroup> {
+    const existing = this.#children.get(name);
+    if (existing !== undefined) return existing;
+    const cgroup = new Cgroup(join(this.path, name));
+    await mkdir(cgroup.path);
+    this.#children.set(name, cgroup);
+    return cgroup;
+  }
+
+  get children(): ReadonlyMap<string, Cgroup> {
+    return this.#children;
   }
 
   /** The file a PID is written to to move that process in. */
@@ -121,6 +137,8 @@ export class Cgroup {
   /** SIGKILL to every process still in the cgroup (all started by this run), then removes it. */
   async remove(): Promise<void> {
     if (!existsSync(this.path)) return;
+    for (const child of this.#children.values()) await child.remove();
+    this.#children.clear();
     if ((await this.pids()).length > 0) {
       await writeFile(join(this.path, 'cgroup.kill'), '1\n').catch(async () => {
         // Kernels before 5.14 have no cgroup.kill: signal the members one by one.
@@ -149,6 +167,8 @@ export class Cgroup {
   /** The same for signal handlers, where nothing can be awaited (a bounded busy wait instead). */
   removeSync(): void {
     if (!existsSync(this.path)) return;
+    for (const child of this.#children.values()) child.removeSync();
+    this.#children.clear();
     try {
       writeFileSync(join(this.path, 'cgroup.kill'), '1\n');
     } catch {

@@ -149,17 +149,20 @@ export async function allReady(children: readonly ChildProcess[], labels: readon
  */
 export async function startService(
   context: LegContext,
-  adopter: { adopt(children: readonly ChildProcess[]): Promise<void> },
+  meter: LegMeter,
   services: ChildProcess[],
   ns: string,
   argv: readonly string[],
   name: string,
-  mergeStderr = false,
+  options: { role: string; mergeStderr?: boolean },
 ): Promise<ChildProcess> {
-  const child = spawnLogged(context, ns, argv, name, { gate: true, mergeStderr });
+  const child = spawnLogged(context, ns, argv, name, {
+    gate: true,
+    mergeStderr: options.mergeStderr === true,
+  });
   services.push(child);
   await allReady([child], [name]);
-  await adopter.adopt([child]);
+  await meter.adopt([child], options.role);
   release(child);
   return child;
 }
@@ -182,7 +185,7 @@ export async function runOnEveryHost(
   argvFor: (host: Endpoint, index: number) => string[],
   timeoutMs: number,
   name: string,
-  options: { selfGated?: boolean; finish?: Finish } = {},
+  options: { selfGated?: boolean; finish?: Finish; role?: string } = {},
 ): Promise<HostRun[]> {
   const { hostSet } = context;
   const children = hostSet.hosts.map((host, index) =>
@@ -194,7 +197,7 @@ export async function runOnEveryHost(
     children,
     hostSet.hosts.map((host) => `${name} on ${host.label}`),
   );
-  await meter.adopt(children);
+  await meter.adopt(children, options.role ?? name);
   const started = await meter.start();
   for (const child of children) release(child);
   const deadline = started + timeoutMs;
@@ -222,7 +225,15 @@ export class LegMeter {
   readonly leg: string;
   readonly #context: LegContext;
   readonly #cgroup: Cgroup | undefined;
-  #before: { cpu: CpuTimes | undefined; machine: number | undefined; tx: number; at: number } | undefined;
+  #before:
+    | {
+        cpu: CpuTimes | undefined;
+        roles: Map<string, CpuTimes>;
+        machine: number | undefined;
+        tx: number;
+        at: number;
+      }
+    | undefined;
   #result: Omit<LegMeasurement, 'leg' | 'hostSeconds' | 'hostsVerified'> | undefined;
 
   private constructor(context: LegContext, leg: string, cgroup: Cgroup | undefined) {
@@ -233,25 +244,28 @@ export class LegMeter {
 
   static async open(context: LegContext, leg: string): Promise<LegMeter> {
     const cgroup = await context.cgroups?.leaf(leg);
-    if (cgroup !== undefined && context.originPid !== undefined) await cgroup.adopt(context.originPid);
+    if (cgroup !== undefined && context.originPid !== undefined)
+      await (await cgroup.child('origin')).adopt(context.originPid);
     return new LegMeter(context, leg, cgroup);
   }
 
-  /** Moves processes of ours (waiting at their gate, or a previous phase's services) into this leg's cgroup. */
-  async adopt(children: readonly ChildProcess[]): Promise<void> {
-    for (const child of children) {
-      if (this.#cgroup !== undefined && child.pid !== undefined && child.exitCode === null)
-        await this.#cgroup.adopt(child.pid);
-    }
+  /**
+   * Moves processes of ours (waiting at their gate, or a previous phase's services) into this leg's
+   * cgroup, under `role` (agents, pulls, ...): the leg's CPU is also reported per role.
+   */
+  async adopt(children: readonly ChildProcess[], role: string): Promise<void> {
+    if (this.#cgroup === undefined) return;
+    await (await this.#cgroup.child(role)).adoptChildren(children);
   }
 
   /** Reads the clocks; returns the start time (performance.now()). */
   async start(): Promise<number> {
     const tx = await this.#context.hostSet.txBytes(this.#context.hostSet.origin.ns);
     const cpu = await this.#cpu();
+    const roles = await this.#roleCpu();
     const machine = machineBusySeconds();
     const at = performance.now();
-    this.#before = { cpu, machine, tx, at };
+    this.#before = { cpu, roles, machine, tx, at };
     return at;
   }
 
@@ -259,14 +273,20 @@ export class LegMeter {
     const before = this.#before;
     if (before === undefined || this.#result !== undefined) return;
     const cpu = await this.#cpu();
+    const roles = await this.#roleCpu();
     const machine = machineBusySeconds();
     const wallSeconds = (performance.now() - before.at) / 1000;
+    const cpuByRole = [...roles].map(([role, after]) => ({
+      role,
+      ...cpuDifference(after, before.roles.get(role) ?? { userSeconds: 0, systemSeconds: 0 }),
+    }));
     const tx = await this.#context.hostSet.txBytes(this.#context.hostSet.origin.ns);
     const used = cpu === undefined || before.cpu === undefined ? undefined : cpuDifference(cpu, before.cpu);
     this.#result = {
       originBytes: tx - before.tx,
       wallSeconds,
       ...(used === undefined ? {} : { cpu: used, cpuSource: this.#cgroup === undefined ? 'proc' : 'cgroup' }),
+      ...(cpuByRole.length === 0 ? {} : { cpuByRole }),
       ...(machine === undefined || before.machine === undefined
         ? {}
         : { machineCores: (machine - before.machine) / wallSeconds }),
@@ -300,6 +320,12 @@ export class LegMeter {
     if (services !== undefined && originPid !== undefined)
       await services.adopt(originPid).catch(() => undefined);
     await cgroups?.removeLeaf(this.leg);
+  }
+
+  async #roleCpu(): Promise<Map<string, CpuTimes>> {
+    const roles = new Map<string, CpuTimes>();
+    for (const [role, cgroup] of this.#cgroup?.children ?? []) roles.set(role, await cgroup.cpu());
+    return roles;
   }
 
   async #cpu(): Promise<CpuTimes | undefined> {

@@ -25,6 +25,8 @@ export interface LegMeasurement {
   cpu?: CpuTimes;
   /** How `cpu` was counted: the leg's cgroup, or /proc of the processes still alive at the end. */
   cpuSource?: 'cgroup' | 'proc';
+  /** The same per role of the leg's processes (origin, scheduler, agents, pulls, ...), with cgroups. */
+  cpuByRole?: Array<CpuTimes & { role: string }>;
   /** Seconds between the two CPU readings. */
   wallSeconds?: number;
   /** Cores busy on the whole machine on average during the leg (other users' work included). */
@@ -63,6 +65,8 @@ export interface LegSummary {
   cpuCores: number | undefined;
   machineCores: number | undefined;
   schedulerRttMs?: RttSummary;
+  /** CPU-seconds (user + kernel) per GiB delivered by role, largest first. */
+  cpuPerGiBByRole?: Array<{ role: string; userPerGiB: number; kernelPerGiB: number }>;
   notes?: string[];
   problem?: string;
   skipped?: string;
@@ -139,6 +143,17 @@ export function summarizeLeg(measurement: LegMeasurement, setting: Setting): Leg
     machineCores: measurement.machineCores,
     ...(measurement.schedulerRttMs === undefined ? {} : { schedulerRttMs: measurement.schedulerRttMs }),
     ...(measurement.notes === undefined ? {} : { notes: measurement.notes }),
+    ...(measurement.cpuByRole === undefined
+      ? {}
+      : {
+          cpuPerGiBByRole: measurement.cpuByRole
+            .map((role) => ({
+              role: role.role,
+              userPerGiB: role.userSeconds / deliveredGiB,
+              kernelPerGiB: role.systemSeconds / deliveredGiB,
+            }))
+            .sort((a, b) => b.userPerGiB + b.kernelPerGiB - (a.userPerGiB + a.kernelPerGiB)),
+        }),
     ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
     ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
   };
@@ -289,4 +304,11 @@ export function userFlowPhasesLine(phases: readonly UserFlowPhases[]): string {
     `per host (min / p50 / max): agent start-up to listening ${spread(phases.map((phase) => phase.agentStartSeconds))}; ` +
     `pull until its agent holds the model ${spread(swarm)}; pull start-up + copy out ${spread(rest)}`
   );
+}
+
+/** `agents 6.10 + 4.02, pulls 3.2 + 2.1, ...`: user + kernel CPU-s per GiB by role. */
+export function cpuByRoleLine(roles: NonNullable<LegSummary['cpuPerGiBByRole']>): string {
+  return roles
+    .map((role) => `${role.role} ${role.userPerGiB.toFixed(2)} + ${role.kernelPerGiB.toFixed(2)}`)
+    .join(', ');
 }
