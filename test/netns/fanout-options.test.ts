@@ -4,7 +4,7 @@ import { LEGS_DEFAULT, parseLegs, parseOptions, UsageError } from '../../bench/n
 import { MTU_DEFAULT } from '../../bench/netns/plan.js';
 
 const parse = (...argv: string[]) => {
-  const options = parseOptions(argv, '/work-default');
+  const options = parseOptions(argv, 'default-work-dir');
   assert.notEqual(options, 'help');
   if (options === 'help') throw new Error('unreachable');
   return options;
@@ -20,7 +20,7 @@ test("by default the fan-out measures the user's flow: MTU 1500, scheduler besid
   assert.equal(options.hosts, 8);
   assert.equal(options.mbps, 200);
   assert.equal(options.originMbps, 200);
-  assert.equal(options.work, '/work-default');
+  assert.equal(options.work, 'default-work-dir');
 });
 
 test('--mtu 9000, --scheduler-on control and --warm are options', () => {
