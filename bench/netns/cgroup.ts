@@ -15,6 +15,7 @@
  * The parsing is pure and tested; the class does the file-system work.
  */
 
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -25,6 +26,8 @@ export interface CpuTimes {
   systemSeconds: number;
 }
 
+/** How long the cleanup after an abrupt end keeps trying to remove the run's cgroups. */
+const LATE_REMOVAL_SECONDS = 10;
 /** How long `close` waits for a cgroup's processes to be gone after killing them. */
 const EMPTY_WAIT_MS = 5000;
 const POLL_MS = 50;
@@ -82,19 +85,24 @@ export class Cgroup {
   readonly path: string;
   /** Nested cgroups (a leg's roles); `cpu.stat` of this one includes theirs. */
   readonly #children = new Map<string, Cgroup>();
+  /** Nested cgroups being created: callers at once (eight agents starting) share one mkdir. */
+  readonly #creating = new Map<string, Promise<Cgroup>>();
 
   constructor(path: string) {
     this.path = path;
   }
 
   /** The nested cgroup `name`, created on first use. */
-  async child(name: string): Promise<Cgroup> {
-    const existing = this.#children.get(name);
+  child(name: string): Promise<Cgroup> {
+    const existing = this.#creating.get(name);
     if (existing !== undefined) return existing;
     const cgroup = new Cgroup(join(this.path, name));
-    await mkdir(cgroup.path);
-    this.#children.set(name, cgroup);
-    return cgroup;
+    const created = mkdir(cgroup.path).then(() => {
+      this.#children.set(name, cgroup);
+      return cgroup;
+    });
+    this.#creating.set(name, created);
+    return created;
   }
 
   get children(): ReadonlyMap<string, Cgroup> {
@@ -139,6 +147,7 @@ export class Cgroup {
     if (!existsSync(this.path)) return;
     for (const child of this.#children.values()) await child.remove();
     this.#children.clear();
+    this.#creating.clear();
     if ((await this.pids()).length > 0) {
       await writeFile(join(this.path, 'cgroup.kill'), '1\n').catch(async () => {
         // Kernels before 5.14 have no cgroup.kill: signal the members one by one.
@@ -150,10 +159,19 @@ export class Cgroup {
           }
         }
       });
-      for (let waited = 0; waited < EMPTY_WAIT_MS && (await this.pids()).length > 0; waited += POLL_MS)
-        await sleep(POLL_MS);
     }
-    await rmdir(this.path);
+    // A killed process leaves cgroup.procs at its exit but keeps the cgroup busy until its parent
+    // has reaped it (here, asynchronously): rmdir says EBUSY until then.
+    for (let waited = 0; ; waited += POLL_MS) {
+      try {
+        await rmdir(this.path);
+        return;
+      } catch (error) {
+        const busy = (error as { code?: unknown }).code === 'EBUSY';
+        if (!busy || waited >= EMPTY_WAIT_MS) throw error;
+      }
+      await sleep(POLL_MS);
+    }
   }
 
   #pidsSync(): string {
@@ -169,6 +187,7 @@ export class Cgroup {
     if (!existsSync(this.path)) return;
     for (const child of this.#children.values()) child.removeSync();
     this.#children.clear();
+    this.#creating.clear();
     try {
       writeFileSync(join(this.path, 'cgroup.kill'), '1\n');
     } catch {
@@ -232,7 +251,17 @@ export class CgroupTree {
     try {
       rmdirSync(this.root);
     } catch {
-      // See removeSync.
+      // Killed processes keep their cgroups busy until they are reaped, which this process cannot
+      // do from a signal handler: once it has exited, init reaps them and a short-lived shell
+      // removes the directories (deepest first), giving up after LATE_REMOVAL_SECONDS.
+      const script =
+        `for attempt in $(seq ${LATE_REMOVAL_SECONDS * 10}); do ` +
+        'find "$1" -depth -type d -exec rmdir {} + 2>/dev/null; [ -d "$1" ] || exit 0; sleep 0.1; done';
+      try {
+        spawn('sh', ['-c', script, 'cgroup-cleanup', this.root], { detached: true, stdio: 'ignore' }).unref();
+      } catch {
+        // The directories keep the run's tag; nothing more can be done here.
+      }
     }
   }
 }

@@ -91,6 +91,8 @@ test('a leg cgroup counts the CPU of a process moved into it and is removed with
   try {
     const leaf = await tree.leaf('leg');
     assert.ok(existsSync(leaf.procsFile));
+    const [role, sameRole] = await Promise.all([leaf.child('role'), leaf.child('role')]);
+    assert.equal(role, sameRole, 'one nested cgroup for callers at once');
     const before = await leaf.cpu();
     // Once moved in (a line on stdin), hashes 128 MiB (a fixed amount of CPU, however busy the
     // machine is), says so, then idles until killed.
