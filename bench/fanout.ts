@@ -1,24 +1,37 @@
 /**
- * `npm run bench:fanout`: one model to N hosts, two ways, on the same testbed. The naive leg has
- * every host pull from the origin at once; the swarm leg runs the weightcast scheduler next to the
- * origin and an agent on every host, asks every agent for the model at once through its local API
- * (the request a loader on that host makes), then has every host copy the model out with
- * `pull --agent`. Each leg prints
- * T_last (until the last host finished), efficiency against the fluid bound, origin bytes per model
- * copy and the median host, next to the simulator's prediction for the same setting.
+ * `npm run bench:fanout`: one model to N hosts, several ways, on the same testbed, measured the way
+ * a user meets it. Legs (`--legs`, in this order):
  *
- * The testbed is a namespace per host on a Linux bridge with tc caps on every link (`netns/`).
- * Without root or `ip netns` (or with --loopback) it says so and runs on 127.0.0.1, where the only
- * caps are the processes' own: the agents' --upload-mbps/--download-mbps and the origin server's
- * --rate-mbps when it has one.
+ * - naive: every host runs `weightcast pull URL` against the origin at once.
+ * - swarm (the user's flow, cold): the scheduler runs beside the origin (`--scheduler-on`); at the
+ *   clock's start every host starts `weightcast agent` (a fresh process, as systemd would) and, once
+ *   that agent prints its listening line, `weightcast pull URL --manifest M --to DIR --agent URL`
+ *   (also fresh). A host is done when its pull exits 0: the files are at the destination.
+ * - swarm-warm (`--warm`): the older measurement. Agents started and warmed up on a small model
+ *   before the clock, asked for the model through their local API at once, then `pull --agent`
+ *   copies it out; two rows (the agents hold it; plus the copy).
+ * - bittorrent: aria2c + opentracker + mktorrent (Debian's), a private torrent seeded from the
+ *   origin's host; every host's aria2c starts at the clock and seeds on until all are done.
+ * - chain: a fixed pipelined socat + tee relay origin -> host1 -> ... -> hostN, the ceiling.
+ *
+ * Every host's copy is verified against the manifest after its leg, outside the timing. Each leg
+ * prints T_last (until the last host finished), p50, efficiency against the fluid bound, origin
+ * bytes per model copy, user and kernel CPU-seconds per GiB delivered (the leg's cgroup: all its
+ * processes, origin included), and the simulator's prediction for the swarm rows.
+ *
+ * The testbed is a namespace per host on a Linux bridge with tc caps on every link, MTU 1500 unless
+ * `--mtu` (`netns/`). Without root or `ip netns` (or with --loopback) it says so and runs on
+ * 127.0.0.1, where the only caps are the processes' own (the agents' --upload-mbps/--download-mbps
+ * and the origin server's --rate-mbps when it has one) and the baseline legs do not run.
  *
  * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
  * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
  *
- * Flags: see USAGE below.
+ * Flags: see USAGE in `netns/options.ts`.
  */
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
@@ -26,47 +39,53 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { buildManifest } from '../src/manifest/build.js';
 import { manifestDigest, totalBytes, totalPieces, writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
-import { parseHedgeTail, parseRingParents } from '../src/cli/swarm-flags.js';
-import { RING_PARENTS_DEFAULT } from '../src/swarm/core/index.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
+import { bittorrentLeg, chainLeg } from './netns/baseline-legs.js';
+import { cgroupProblem, CgroupTree } from './netns/cgroup.js';
+import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit } from './netns/children.js';
+import { userPullArgv } from './netns/commands.js';
 import {
-  ChildRegistry,
-  firstMatch,
-  onAbruptEnd,
-  saveOutput,
-  stopChild,
-  tailOf,
-  waitForExit,
-} from './netns/children.js';
+  allReady,
+  hostFinish,
+  LEG_TIMEOUT_FACTOR,
+  LEG_TIMEOUT_MIN_MS,
+  LegMeter,
+  log,
+  release,
+  RttSampler,
+  runOnEveryHost,
+  spawnLogged,
+  START_TIMEOUT_MS,
+  startService,
+  stopAll,
+  verifyCopies,
+  type HostRun,
+  type LegContext,
+  type Model,
+} from './netns/leg-runtime.js';
+import { parseOptions, schedulingFlags, UsageError, USAGE, type Options } from './netns/options.js';
+import { tcpPayloadShare, testbedTag } from './netns/plan.js';
 import {
-  HOSTS_MAX,
-  MBPS_MAX,
-  MBPS_MIN,
-  MTU_MAX,
-  MTU_MIN,
-  tcpPayloadShare,
-  type Endpoint,
-} from './netns/plan.js';
-import {
+  chainFluidSeconds,
+  comparisonLines,
+  cpuByRoleLine,
   formatOptionalNumber,
   formatOptionalSeconds,
-  CLOCK_TICKS_PER_SECOND,
   legFailed,
   lowerBoundSeconds,
   naiveFluidSeconds,
-  parseMachineBusyTicks,
-  parseProcStatTicks,
-  relativeError,
   renderTable,
+  rttSummary,
   summarizeLeg,
+  userFlowPhasesLine,
   type LegMeasurement,
   type LegSummary,
   type Setting,
+  type UserFlowPhases,
 } from './netns/report.js';
 import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
 
@@ -77,181 +96,23 @@ const JOIN_CLIENT = fileURLToPath(new URL('./netns/join-client.js', import.meta.
 const FILE_SERVER = join(ROOT, 'dist', 'src', 'origin', 'file-server-main.js');
 const NODE = process.execPath;
 
-/** How long a service may take to print its listening line. */
-const START_TIMEOUT_MS = 30_000;
-/** Every leg gets at least this long, and at least `LEG_TIMEOUT_FACTOR` x its fluid time. */
-const LEG_TIMEOUT_MIN_MS = 120_000;
-const LEG_TIMEOUT_FACTOR = 5;
 const SIM_TIMEOUT_MS = 300_000;
 /** How long to wait after a child's exit for the rest of its output. */
 const PIPE_DRAIN_MS = 5000;
-const VERIFY_TIMEOUT_MS = 300_000;
-/** Copies verified at once: hashing is CPU-bound and the benchmark is sized for 2 cores. */
-const VERIFY_PARALLEL = 2;
 /** The swarm services' ports inside the namespaces (each host has its own address). */
 const SCHEDULER_PORT = 7000;
-const AGENT_PORT = 7001;
-/**
- * The testbed's links run jumbo frames, as GPU clusters' fabrics do: at MTU 1500 tbf's count of
- * headers alone holds TCP payload to 0.956 of every cap (`--mtu 1500` shows it).
- */
-const MTU_TESTBED_DEFAULT = 9000;
-
-const LEGS = ['naive', 'swarm'] as const;
-type Leg = (typeof LEGS)[number];
-
-interface Options {
-  hosts: number;
-  sizeMb: number;
-  mbps: number;
-  originMbps: number;
-  /** Undefined: the manifest's default for the model's size (defaultPieceSize). */
-  pieceMb: number | undefined;
-  originReaders: number | undefined;
-  legs: Leg[];
-  work: string;
-  loopback: boolean;
-  keep: boolean;
-  json: boolean;
-  /** Skip the pull --agent copy-out (profiling the swarm alone); the agents' caches are verified instead. */
-  skipCopyOut: boolean;
-  /** Size of the model the agents fetch first, unmeasured (0: none). */
-  warmUpMb: number;
-  /** Ring pairings (SwarmConfig.ringParents) for the scheduler and the simulator (0: off). */
-  ringParents: number;
-  /** Pieces each host downloads and uploads at once (scheduler and simulator); undefined: their default. */
-  downloads: number | undefined;
-  uploads: number | undefined;
-  /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
-  hedgeTail: number | undefined;
-  /** The testbed links' MTU (netns only). */
-  mtu: number;
-}
-
-class UsageError extends Error {}
-
-const USAGE = [
-  'usage: npm run bench:fanout -- [flags]',
-  '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
-  `  --mtu M (${MTU_TESTBED_DEFAULT}: jumbo frames; netns testbed only)`,
-  "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
-  "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
-  "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
-  "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
-  '  --legs naive,swarm (both)  --skip-copy-out  --warm-up-mb M (64)',
-  '  --work DIR (the temp dir)  --loopback  --keep  --json',
-].join('\n');
-
-function parseOptions(argv: readonly string[]): Options | 'help' {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: {
-      hosts: { type: 'string', default: '8' },
-      'size-mb': { type: 'string', default: '256' },
-      mbps: { type: 'string', default: '200' },
-      'origin-mbps': { type: 'string' },
-      'piece-mb': { type: 'string' },
-      'origin-readers': { type: 'string' },
-      legs: { type: 'string', default: LEGS.join(',') },
-      work: { type: 'string', default: tmpdir() },
-      loopback: { type: 'boolean', default: false },
-      keep: { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-      'skip-copy-out': { type: 'boolean', default: false },
-      'warm-up-mb': { type: 'string', default: '64' },
-      mtu: { type: 'string', default: String(MTU_TESTBED_DEFAULT) },
-      'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
-      downloads: { type: 'string' },
-      uploads: { type: 'string' },
-      'hedge-tail': { type: 'string' },
-      help: { type: 'boolean', default: false },
-    },
-    strict: true,
-  });
-  if (values.help) return 'help';
-  const mbps = number(values.mbps, '--mbps', MBPS_MIN, MBPS_MAX);
-  const legs = values.legs.split(',').map((leg) => leg.trim());
-  for (const leg of legs) {
-    if (!(LEGS as readonly string[]).includes(leg)) throw new UsageError(`--legs: unknown leg ${leg}`);
-  }
-  return {
-    hosts: integer(values.hosts, '--hosts', 1, HOSTS_MAX),
-    sizeMb: integer(values['size-mb'], '--size-mb', 1, 1024 * 1024),
-    mbps,
-    originMbps:
-      values['origin-mbps'] === undefined
-        ? mbps
-        : number(values['origin-mbps'], '--origin-mbps', MBPS_MIN, MBPS_MAX),
-    pieceMb: values['piece-mb'] === undefined ? undefined : pieceMb(values['piece-mb']),
-    originReaders:
-      values['origin-readers'] === undefined
-        ? undefined
-        : integer(values['origin-readers'], '--origin-readers', 1, 1024),
-    legs: legs as Leg[],
-    work: values.work,
-    loopback: values.loopback,
-    keep: values.keep,
-    json: values.json,
-    skipCopyOut: values['skip-copy-out'],
-    warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
-    mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
-    ringParents: parseRingParents(values['ring-parents']),
-    downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
-    uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
-    hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
-  };
-}
-
-/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
-function schedulingFlags(options: Options): string[] {
-  return [
-    ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
-    ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
-    ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),
-  ];
-}
-
-function number(text: string, what: string, min: number, max: number): number {
-  const value = Number(text);
-  if (text.trim() === '' || !Number.isFinite(value) || value < min || value > max) {
-    throw new UsageError(`${what} must be a number ${min}-${max}, got ${JSON.stringify(text)}`);
-  }
-  return value;
-}
-
-/** Piece size in MiB: 1/16 (64 KiB, the manifest's smallest) to 1024, a whole number of bytes. */
-function pieceMb(text: string): number {
-  const value = number(text, '--piece-mb', 1 / 16, 1024);
-  if (!Number.isInteger(value * MiB))
-    throw new UsageError(`--piece-mb must be a whole number of bytes, got ${text}`);
-  return value;
-}
-
-function integer(text: string, what: string, min: number, max: number): number {
-  const value = number(text, what, min, max);
-  if (!Number.isInteger(value)) throw new UsageError(`${what} must be an integer, got ${text}`);
-  return value;
-}
-
-const log = (text: string): void => void process.stderr.write(`${text}\n`);
-
-interface Model {
-  dir: string;
-  manifestPath: string;
-  totalBytes: number;
-  pieceBytes: number;
-  pieces: number;
-  digest: string;
-}
+/** The agent's default port, as a user would run it. */
+const AGENT_PORT = 7100;
 
 /**
- * The model under test in `<work>/model`; with `warmUpMb`, a small second model in
- * `<work>/model/warm-up/` (after the first's manifest is made, so not part of it) that the agents
- * fetch before the measured run: agents are long-running daemons, and a fresh Node process spends
- * its first seconds compiling its hot paths.
+ * The model under test in `<work>/origin/model`, which the origin serves as `<url>model/`; for
+ * swarm-warm, a small second model in `<work>/origin/warm-up/` that the agents fetch before the
+ * measured run (agents are long-running daemons there, and a fresh Node process spends its first
+ * seconds compiling its hot paths).
  */
 async function prepareModel(work: string, options: Options, warmUp = false): Promise<Model> {
-  const dir = warmUp ? join(work, 'model', 'warm-up') : join(work, 'model');
+  const originRoot = join(work, 'origin');
+  const dir = join(originRoot, warmUp ? 'warm-up' : 'model');
   const sizeMb = warmUp ? options.warmUpMb : options.sizeMb;
   log(`synthesising a ${sizeMb} MiB Llama-style checkpoint in ${dir}${warmUp ? ' (warm-up)' : ''}`);
   await synthesizeModel({ dir, arch: 'llama', dtype: 'bf16', sizeBytes: sizeMb * MiB, seed: warmUp ? 2 : 1 });
@@ -262,6 +123,7 @@ async function prepareModel(work: string, options: Options, warmUp = false): Pro
   await writeManifest(manifestPath, manifest);
   return {
     dir,
+    originRoot,
     manifestPath,
     totalBytes: totalBytes(manifest),
     pieceBytes: manifest.pieceSize,
@@ -349,20 +211,11 @@ function fileServerHasRateCap(): boolean {
   return existsSync(FILE_SERVER) && readFileSync(FILE_SERVER, 'utf8').includes('rate-mbps');
 }
 
-/** `hostSet.spawnIn`, with the child's output also appended to `<logDir>/<name>.log`. */
-function spawnLogged(
-  hostSet: HostSet,
-  ns: string,
-  argv: readonly string[],
-  logDir: string,
-  name: string,
-): ChildProcess {
-  const child = hostSet.spawnIn(ns, argv);
-  saveOutput(child, join(logDir, `${name}.log`));
-  return child;
-}
-
-async function startOrigin(hostSet: HostSet, model: Model, logDir: string): Promise<string> {
+/** The origin's file server over `<work>/origin`, in the services cgroup; its URL and PID. */
+async function startOrigin(
+  context: Pick<LegContext, 'hostSet' | 'logDir' | 'services' | 'model'>,
+): Promise<{ url: string; pid: number | undefined }> {
+  const { hostSet } = context;
   const capped = hostSet.mode === 'loopback' && fileServerHasRateCap();
   if (hostSet.mode === 'loopback' && !capped) {
     log('NOTE: the origin file server has no --rate-mbps yet: on loopback the origin is not capped');
@@ -371,253 +224,74 @@ async function startOrigin(hostSet: HostSet, model: Model, logDir: string): Prom
     NODE,
     FILE_SERVER,
     '--root',
-    model.dir,
+    context.model.originRoot,
     '--host',
     hostSet.origin.address,
     '--port',
     '0',
     ...(capped ? ['--rate-mbps', String(hostSet.origin.mbps)] : []),
   ];
-  const server = spawnLogged(hostSet, hostSet.origin.ns, argv, logDir, 'origin');
+  const server = spawnLogged(context, hostSet.origin.ns, argv, 'origin', { gate: true });
+  await allReady([server], ['origin file server']);
+  await context.services?.adoptChildren([server]);
+  release(server);
   const line = await firstMatch(server, /^\{.*"url".*\}$/, START_TIMEOUT_MS, 'origin file server');
-  return (JSON.parse(line[0]) as { url: string }).url;
+  return { url: (JSON.parse(line[0]) as { url: string }).url, pid: server.pid };
 }
 
-interface HostRun {
-  seconds: number | undefined;
-  problem?: string;
-}
-
-/**
- * Starts `argvFor(host)` on every host at once and times each to its exit. A run that fails or is
- * still going at `timeoutMs` counts as unfinished (and is stopped).
- *
- * "At once" through a starting gate: each host's command first waits in a shell that has said
- * `ready`; once every shell has, the clock starts and all are released together. Spawning a process
- * in a namespace takes ~10 ms on this machine, so without the gate the eighth host's request went
- * out ~90 ms after the first and that skew counted as the system's time. A `selfGated` command
- * (the swarm's join client) does the waiting itself, after its own start-up. `onRelease` runs just
- * before the release, for readings that should not count the commands' start-up.
- */
-async function runOnEveryHost(
-  hostSet: HostSet,
-  argvFor: (host: Endpoint, index: number) => string[],
-  timeoutMs: number,
-  logAs: { dir: string; name: string },
-  gate: { selfGated?: boolean; onRelease?: () => void } = {},
-): Promise<HostRun[]> {
-  const children = hostSet.hosts.map((host, index) =>
-    spawnLogged(
-      hostSet,
-      host.ns,
-      gate.selfGated === true
-        ? argvFor(host, index)
-        : ['sh', '-c', 'echo ready; read go; exec "$@"', 'gate', ...argvFor(host, index)],
-      logAs.dir,
-      `${logAs.name}-${host.label}`,
-    ),
-  );
-  await Promise.all(
-    children.map((child, index) =>
-      firstMatch(
-        child,
-        /^ready$/,
-        START_TIMEOUT_MS,
-        `${logAs.name} on ${hostSet.hosts[index]?.label ?? index}`,
-      ),
-    ),
-  );
-  gate.onRelease?.();
-  const started = performance.now();
-  for (const child of children) child.stdin?.end('go\n');
-  return Promise.all(
-    children.map(async (child, index): Promise<HostRun> => {
-      const exit = await waitForExit(child, timeoutMs - (performance.now() - started));
-      const seconds = (performance.now() - started) / 1000;
-      const label = hostSet.hosts[index]?.label ?? String(index);
-      if (exit === undefined) {
-        await stopChild(child);
-        return { seconds: undefined, problem: `${label}: still running after ${timeoutMs / 1000} s` };
-      }
-      if (exit.code !== 0) return { seconds: undefined, problem: `${label}: ${exitText(exit, child)}` };
-      return { seconds };
-    }),
-  );
-}
-
-function exitText(exit: { code: number | null; signal: string | null }, child: ChildProcess): string {
-  const { stdout, stderr } = tailOf(child);
-  const said = (stderr.trim() || stdout.trim()).split('\n').slice(-3).join(' / ');
-  return `exit ${exit.code ?? exit.signal}${said === '' ? '' : `: ${said}`}`;
-}
-
-/**
- * CPU seconds used so far by this process, the children it has reaped, and its live children (`pids`).
- * Two readings bracket a leg: a child that exits in between moves from the live sum to the reaped one.
- */
-function cpuSecondsUsed(pids: readonly number[]): number | undefined {
-  const self = readTicks('self');
-  if (self === undefined) return undefined;
-  let ticks = self.own + self.reapedChildren;
-  for (const pid of pids) ticks += readTicks(String(pid))?.own ?? 0;
-  return ticks / CLOCK_TICKS_PER_SECOND;
-}
-
-function machineBusySeconds(): number | undefined {
-  try {
-    const ticks = parseMachineBusyTicks(readFileSync('/proc/stat', 'utf8'));
-    return ticks === undefined ? undefined : ticks / CLOCK_TICKS_PER_SECOND;
-  } catch {
-    return undefined;
-  }
-}
-
-function readTicks(pid: string): { own: number; reapedChildren: number } | undefined {
-  try {
-    return parseProcStatTicks(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return undefined;
-  }
-}
-
-/** `weightcast verify` on every host's copy, `VERIFY_PARALLEL` at a time; the number that match. */
-async function verifyCopies(hostSet: HostSet, dirs: readonly string[], model: Model): Promise<number> {
-  let verified = 0;
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    for (let index = next++; index < dirs.length; index = next++) {
-      const host = hostSet.hosts[index];
-      const dir = dirs[index];
-      if (host === undefined || dir === undefined) continue;
-      const argv = [NODE, CLI, 'verify', dir, '--manifest', model.manifestPath, '--json'];
-      const child = hostSet.spawnIn(host.ns, argv);
-      const exit = await waitForExit(child, VERIFY_TIMEOUT_MS);
-      if (exit?.code === 0) verified++;
-      else {
-        if (exit === undefined) await stopChild(child);
-        log(
-          `  ${host.label}: copy does NOT verify: ${exit === undefined ? 'timed out' : exitText(exit, child)}`,
-        );
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: VERIFY_PARALLEL }, worker));
-  return verified;
-}
-
-interface LegContext {
-  hostSet: HostSet;
-  model: Model;
-  originUrl: string;
-  setting: Setting;
-  work: string;
-  logDir: string;
-  options: Options;
-  sim: SimPrediction | string;
-}
-
-/** Runs the pulls of one leg between two readings of the origin's TX counter, then verifies. */
-async function measurePulls(
-  context: LegContext,
-  leg: string,
-  pullArgv: (host: Endpoint, index: number, dir: string) => string[],
-  timeoutMs: number,
-): Promise<LegMeasurement> {
-  const { hostSet, work, model } = context;
-  const dirs = hostSet.hosts.map((host) => join(work, leg, host.label));
-  const measured = await measureRuns(
-    context,
-    leg,
-    (host, index) => pullArgv(host, index, dirs[index] ?? ''),
-    timeoutMs,
-  );
-  log(`${leg}: verifying ${dirs.length} copies`);
-  const hostsVerified = await verifyCopies(hostSet, dirs, model);
-  if (!context.options.keep) await rm(join(work, leg), { recursive: true, force: true });
-  return { ...measured, hostsVerified };
-}
-
-/** Runs one command per host at once between two readings of the origin's TX counter and the CPU clocks. */
-async function measureRuns(
-  context: LegContext,
-  leg: string,
-  argvFor: (host: Endpoint, index: number) => string[],
-  timeoutMs: number,
-  selfGated = false,
-): Promise<LegMeasurement> {
-  const { hostSet } = context;
-  const txBefore = await hostSet.txBytes(hostSet.origin.ns);
-  // Read at the release: the commands' own start-up (before the gate) is not the leg's work.
-  let cpuBefore: number | undefined;
-  let machineBefore: number | undefined;
-  let started = performance.now();
-  log(`${leg}: ${hostSet.hosts.length} hosts at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
-  const runs = await runOnEveryHost(
-    hostSet,
-    argvFor,
-    timeoutMs,
-    { dir: context.logDir, name: leg },
-    {
-      selfGated,
-      onRelease: () => {
-        cpuBefore = cpuSecondsUsed(hostSet.livePids());
-        machineBefore = machineBusySeconds();
-        started = performance.now();
-      },
-    },
-  );
-  const cpuAfter = cpuSecondsUsed(hostSet.livePids());
-  const machineAfter = machineBusySeconds();
-  const wallSeconds = (performance.now() - started) / 1000;
-  const originBytes = (await hostSet.txBytes(hostSet.origin.ns)) - txBefore;
-  const cpuCores =
-    cpuBefore === undefined || cpuAfter === undefined ? undefined : (cpuAfter - cpuBefore) / wallSeconds;
-  const machineCores =
-    machineBefore === undefined || machineAfter === undefined
-      ? undefined
-      : (machineAfter - machineBefore) / wallSeconds;
-  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
-  if (cpuBefore !== undefined && cpuAfter !== undefined) {
-    const delivered = (hostSet.hosts.length * context.model.totalBytes) / 2 ** 30;
-    const cpu = cpuAfter - cpuBefore;
-    log(
-      `${leg}: our processes used ${cpu.toFixed(1)} CPU-s, ${(cpu / delivered).toFixed(2)} per GiB delivered`,
-    );
-  }
-  const problems = runs.flatMap((run) => (run.problem === undefined ? [] : [run.problem]));
-  return {
-    leg,
-    hostSeconds: runs.map((run) => run.seconds),
-    hostsVerified: 0,
-    originBytes,
-    ...(cpuCores === undefined ? {} : { cpuCores }),
-    ...(machineCores === undefined ? {} : { machineCores }),
-    ...(problems.length === 0 ? {} : { problem: problems.join('; ') }),
-  };
+function swarmTimeoutMs(setting: Setting): number {
+  return Math.max(LEG_TIMEOUT_MIN_MS, LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(setting) * 1000);
 }
 
 async function naiveLeg(context: LegContext): Promise<LegMeasurement> {
-  const { originUrl, model, setting } = context;
+  const leg = 'naive';
+  const { modelUrl, model, setting, work, hostSet } = context;
   const timeoutMs = Math.max(LEG_TIMEOUT_MIN_MS, LEG_TIMEOUT_FACTOR * naiveFluidSeconds(setting) * 1000);
-  return measurePulls(
-    context,
-    'naive',
-    (_host, _index, dir) => [
-      NODE,
-      CLI,
-      'pull',
-      originUrl,
-      '--to',
-      dir,
-      '--manifest',
-      model.manifestPath,
-      '--json',
-    ],
-    timeoutMs,
-  );
+  const dirs = hostSet.hosts.map((host) => join(work, leg, host.label));
+  const meter = await LegMeter.open(context, leg);
+  let runs: HostRun[];
+  try {
+    log(`${leg}: ${hostSet.hosts.length} hosts at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
+    runs = await runOnEveryHost(
+      context,
+      meter,
+      (_host, index) => [
+        NODE,
+        CLI,
+        'pull',
+        modelUrl,
+        '--to',
+        dirs[index] ?? '',
+        '--manifest',
+        model.manifestPath,
+        '--json',
+      ],
+      timeoutMs,
+      leg,
+      { role: 'pulls' },
+    );
+  } finally {
+    await meter.close();
+  }
+  return verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg));
 }
 
-/** Why the swarm leg cannot run with this build, or undefined when its commands exist. */
+async function verifyAndMeasure(
+  context: LegContext,
+  meter: LegMeter,
+  leg: string,
+  runs: readonly HostRun[],
+  dirs: readonly string[],
+  cleanUp: string,
+): Promise<LegMeasurement> {
+  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
+  log(`${leg}: verifying ${dirs.length} copies`);
+  const verified = runs.some((run) => run.seconds !== undefined) ? await verifyCopies(context, dirs) : 0;
+  if (!context.options.keep) await rm(cleanUp, { recursive: true, force: true });
+  return meter.measurement(leg, runs, verified);
+}
+
+/** Why the swarm legs cannot run with this build, or undefined when their commands exist. */
 function swarmCliProblem(): string | undefined {
   const help = (command: string): { ok: boolean; text: string } => {
     const result = spawnSync(NODE, [CLI, command, '--help'], { encoding: 'utf8', timeout: 30_000 });
@@ -630,84 +304,313 @@ function swarmCliProblem(): string | undefined {
 }
 
 /**
+ * The scheduler, in the origin's namespace (`--scheduler-on origin`, the default: it often runs
+ * beside the origin and shares its busy link) or the control machine's; its URL once it listens.
+ * Started before the clock, as the long-running service it is, in the leg's cgroup.
+ */
+async function startScheduler(
+  context: LegContext,
+  meter: LegMeter,
+  services: ChildProcess[],
+): Promise<string> {
+  const { hostSet, options } = context;
+  const place = options.schedulerOn === 'origin' ? hostSet.origin : hostSet.control;
+  const argv = [
+    NODE,
+    ...profileFlags(),
+    CLI,
+    'scheduler',
+    '--port',
+    String(hostSet.mode === 'loopback' ? await freePort() : SCHEDULER_PORT),
+    '--host',
+    place.address,
+    ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
+    '--ring-parents',
+    String(options.ringParents),
+    ...schedulingFlags(options),
+  ];
+  const scheduler = await startService(context, meter, services, place.ns, argv, 'scheduler', {
+    role: 'scheduler',
+  });
+  const pattern = /weightcast scheduler listening on (http:\/\/\S+)/;
+  const url = (await firstMatch(scheduler, pattern, START_TIMEOUT_MS, 'scheduler'))[1];
+  if (url === undefined) throw new Error('scheduler printed no URL');
+  return url;
+}
+
+/** Each host's agent port: the default in the namespaces, free ones on loopback (one shared address). */
+async function agentPorts(hostSet: HostSet): Promise<number[]> {
+  const ports: number[] = [];
+  while (ports.length < hostSet.hosts.length)
+    ports.push(hostSet.mode === 'loopback' ? await freePort() : AGENT_PORT);
+  return ports;
+}
+
+function agentArgv(
+  context: LegContext,
+  schedulerUrl: string,
+  index: number,
+  port: number,
+  cache: string,
+): string[] {
+  const host = context.hostSet.hosts[index];
+  if (host === undefined) throw new Error(`no host ${index}`);
+  // In namespaces tc caps the links; on loopback the agents must cap themselves.
+  const caps =
+    context.hostSet.mode === 'loopback'
+      ? ['--upload-mbps', String(host.mbps), '--download-mbps', String(host.mbps)]
+      : [];
+  return [
+    NODE,
+    ...profileFlags(),
+    CLI,
+    'agent',
+    '--scheduler',
+    schedulerUrl,
+    '--cache',
+    cache,
+    '--port',
+    String(port),
+    '--host',
+    host.address,
+    ...caps,
+  ];
+}
+
+const AGENT_LISTENING = /weightcast agent listening on (http:\/\/\S+)/;
+/** `pull --agent --json`'s line once the agent holds the model. */
+const AGENT_COMPLETE = /"event":"agent-complete","seconds":([\d.eE+-]+)/;
+
+/**
+ * The user's flow with cold agents: at the clock's start each host starts its agent; when the agent
+ * says it listens, the host's pull starts (both fresh processes, held at a gate until then, so the
+ * benchmark's own spawning is not counted but all of their start-up is). A host is done when its
+ * pull exits 0.
+ */
+async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'swarm';
+  const problem = swarmCliProblem();
+  if (problem !== undefined) return skippedLeg(leg, problem);
+  const { hostSet, work, model, modelUrl, setting } = context;
+  const dirs = hostSet.hosts.map((host) => join(work, leg, host.label));
+  const meter = await LegMeter.open(context, leg);
+  const services: ChildProcess[] = [];
+  let runs: HostRun[] = [];
+  const phases: UserFlowPhases[] = [];
+  const sampler = schedulerRttSampler(context);
+  let rtts: number[] = [];
+  try {
+    const schedulerUrl = await startScheduler(context, meter, services);
+    const ports = await agentPorts(hostSet);
+    const agents = hostSet.hosts.map((host, index) =>
+      spawnLogged(
+        context,
+        host.ns,
+        agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, 'swarm-cache', host.label)),
+        `agent-${host.label}`,
+        { gate: true },
+      ),
+    );
+    services.push(...agents);
+    const pulls = hostSet.hosts.map((host, index) =>
+      spawnLogged(
+        context,
+        host.ns,
+        userPullArgv({
+          node: NODE,
+          cli: CLI,
+          source: modelUrl,
+          manifestPath: model.manifestPath,
+          dir: dirs[index] ?? '',
+          agentUrl: `http://${host.address}:${ports[index] ?? 0}`,
+        }),
+        `pull-${host.label}`,
+        { gate: true },
+      ),
+    );
+    services.push(...pulls);
+    await allReady(
+      [...agents, ...pulls],
+      [
+        ...hostSet.hosts.map((host) => `agent on ${host.label}`),
+        ...hostSet.hosts.map((host) => `pull on ${host.label}`),
+      ],
+    );
+    await meter.adopt(agents, 'agents');
+    await meter.adopt(pulls, 'pulls');
+    const timeoutMs = swarmTimeoutMs(setting);
+    log(
+      `${leg}: ${hostSet.hosts.length} hosts start agent, then pull (timeout ${Math.round(timeoutMs / 1000)} s)`,
+    );
+    const started = await meter.start();
+    sampler.start();
+    for (const agent of agents) release(agent);
+    const deadline = started + timeoutMs;
+    runs = await Promise.all(
+      hostSet.hosts.map(async (host, index): Promise<HostRun> => {
+        const agent = agents[index];
+        const pull = pulls[index];
+        if (agent === undefined || pull === undefined) return { seconds: undefined, problem: 'no process' };
+        try {
+          await firstMatch(
+            agent,
+            AGENT_LISTENING,
+            Math.max(0, deadline - performance.now()),
+            `agent on ${host.label}`,
+          );
+        } catch (error) {
+          return { seconds: undefined, problem: error instanceof Error ? error.message : String(error) };
+        }
+        const agentStartSeconds = (performance.now() - started) / 1000;
+        release(pull);
+        // The pull reports when its agent holds the model (seconds since the pull began), then copies out.
+        const agentComplete = firstMatch(
+          pull,
+          AGENT_COMPLETE,
+          Math.max(0, deadline - performance.now()),
+          'pull',
+        )
+          .then((match) => Number(match[1]))
+          .catch(() => undefined);
+        const run = await hostFinish(pull, { exit: true }, started, deadline, host.label);
+        phases.push({ agentStartSeconds, swarmSeconds: await agentComplete, totalSeconds: run.seconds });
+        return run;
+      }),
+    );
+    await meter.stop();
+    rtts = await sampler.stop();
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    log(`${leg}: failed: ${message}`);
+    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+  } finally {
+    await sampler.stop();
+    await stopAll(services);
+    await meter.close();
+    if (!context.options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
+  }
+  const measurement = withRtts(
+    await verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg)),
+    rtts,
+  );
+  const note = userFlowPhasesLine(phases);
+  log(`${leg}: ${note}`);
+  return { ...measurement, notes: [note] };
+}
+
+/** Samples the RTT of the scheduler's connections from its namespace (netns only). */
+function schedulerRttSampler(context: LegContext): RttSampler {
+  const { hostSet, options } = context;
+  return new RttSampler(
+    hostSet,
+    options.schedulerOn === 'origin' ? hostSet.origin : hostSet.control,
+    SCHEDULER_PORT,
+  );
+}
+
+function withRtts(measurement: LegMeasurement, samplesMs: readonly number[]): LegMeasurement {
+  const summary = rttSummary(samplesMs);
+  return summary === undefined ? measurement : { ...measurement, schedulerRttMs: summary };
+}
+
+function skippedLeg(leg: string, why: string): LegMeasurement {
+  log(`${leg}: not run: ${why}`);
+  return { leg, hostSeconds: [], hostsVerified: 0, originBytes: undefined, skipped: why };
+}
+
+/**
  * Asks every host's agent for the model through its local API, as a loader or an operator on
  * that host would (`POST /v1/local/models`), and times each host until its agent holds the whole
  * model verified (a status request that waits for completion): `bench/netns/join-client.ts`, one
- * small Node process per host, started and connected before the clock starts. (It used to be curl
- * started at the release: eight process starts at once in the first milliseconds of the leg, on the
- * same 2 cores as the eight agents joining.)
+ * small Node process per host, started and connected before the clock starts.
  */
 function joinArgv(agentUrl: string, joinPath: string, hex: string): string[] {
   return [NODE, JOIN_CLIENT, agentUrl, joinPath, hex];
 }
 
-async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
+/**
+ * The older measurement: agents started and warmed up before the clock (long-running daemons),
+ * asked for the model at once through their local API; then `pull --agent` copies it out on every
+ * host. Two rows: `swarm-warm` (the agents hold it) and `swarm-warm + copy out`.
+ */
+async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
+  const leg = 'swarm-warm';
   const problem = swarmCliProblem();
-  if (problem !== undefined) {
-    log(`swarm: not run: ${problem}`);
-    return [{ leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, skipped: problem }];
-  }
-  const { options, setting, work, model, originUrl } = context;
+  if (problem !== undefined) return [skippedLeg(leg, problem)];
+  const { options, setting, work, model, modelUrl, hostSet } = context;
   const services: ChildProcess[] = [];
+  const meter = await LegMeter.open(context, leg);
+  let copyMeter: LegMeter | undefined;
+  const sampler = schedulerRttSampler(context);
   try {
-    const agentUrls = await startSwarmServices(context, services);
-    const timeoutMs = Math.max(
-      LEG_TIMEOUT_MIN_MS,
-      LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(setting) * 1000,
+    const schedulerUrl = await startScheduler(context, meter, services);
+    const ports = await agentPorts(hostSet);
+    const agents = await Promise.all(
+      hostSet.hosts.map((host, index) =>
+        startService(
+          context,
+          meter,
+          services,
+          host.ns,
+          agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, 'swarm-cache', host.label)),
+          `agent-${host.label}`,
+          { role: 'agents' },
+        ),
+      ),
     );
-    if (options.warmUpMb > 0) {
-      const warmUp = await prepareModel(work, options, true);
-      const warmJoin = join(work, 'warm-up-join.json');
-      await writeFile(
-        warmJoin,
-        JSON.stringify({
-          source: `${originUrl}warm-up/`,
-          manifest: readFileSync(warmUp.manifestPath, 'utf8'),
-        }),
-      );
-      const warmHex = warmUp.digest.slice('sha256:'.length);
-      log(`swarm: warming the agents up with a ${options.warmUpMb} MiB model (not measured)`);
-      const runs = await runOnEveryHost(
-        context.hostSet,
-        (_host, index) => joinArgv(agentUrls[index] ?? '', warmJoin, warmHex),
-        timeoutMs,
-        { dir: context.logDir, name: 'warm-up' },
-        { selfGated: true },
-      );
-      const failed = runs.filter((run) => run.problem !== undefined);
-      if (failed.length > 0)
-        throw new Error(`warm-up failed: ${failed.map((run) => run.problem).join('; ')}`);
-    }
+    const agentUrls = (
+      await Promise.all(
+        agents.map((agent, index) =>
+          firstMatch(
+            agent,
+            AGENT_LISTENING,
+            START_TIMEOUT_MS,
+            `agent on ${hostSet.hosts[index]?.label ?? index}`,
+          ),
+        ),
+      )
+    ).map((match) => match[1] ?? '');
+    const timeoutMs = swarmTimeoutMs(setting);
+    if (options.warmUpMb > 0) await warmUp(context, agentUrls, timeoutMs);
     const joinPath = join(work, 'join.json');
     await writeFile(
       joinPath,
-      JSON.stringify({ source: originUrl, manifest: readFileSync(model.manifestPath, 'utf8') }),
+      JSON.stringify({ source: modelUrl, manifest: readFileSync(model.manifestPath, 'utf8') }),
     );
     const hex = model.digest.slice('sha256:'.length);
-    const joined = await measureRuns(
+    log(`${leg}: ${hostSet.hosts.length} agents asked at once (timeout ${Math.round(timeoutMs / 1000)} s)`);
+    sampler.start();
+    const joined = await runOnEveryHost(
       context,
-      'swarm',
+      meter,
       (_host, index) => joinArgv(agentUrls[index] ?? '', joinPath, hex),
       timeoutMs,
-      true,
+      leg,
+      { selfGated: true, role: 'joins' },
     );
+    const rtts = await sampler.stop();
+    for (const run of joined) if (run.problem !== undefined) log(`  ${run.problem}`);
     if (options.skipCopyOut) {
-      const caches = context.hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
-      log("swarm: verifying the agents' caches");
-      return [{ ...joined, hostsVerified: await verifyCopies(context.hostSet, caches, model) }];
+      const caches = hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
+      log("swarm-warm: verifying the agents' caches");
+      return [withRtts(meter.measurement(leg, joined, await verifyCopies(context, caches)), rtts)];
     }
     // Then every host copies the model out of its agent (`pull --agent`: a verified copy into its
     // own directory); the agents already hold it, so this times the copy alone.
-    const pulls = await measurePulls(
+    copyMeter = await LegMeter.open(context, `${leg}-copy`);
+    await copyMeter.adopt(services.slice(0, 1), 'scheduler');
+    await copyMeter.adopt(services.slice(1), 'agents');
+    const dirs = hostSet.hosts.map((host) => join(work, `${leg}-copy`, host.label));
+    const copies = await runOnEveryHost(
       context,
-      'swarm-copy',
-      (_host, index, dir) => [
+      copyMeter,
+      (_host, index) => [
         NODE,
         CLI,
         'pull',
-        originUrl,
+        modelUrl,
         '--to',
-        dir,
+        dirs[index] ?? '',
         '--manifest',
         model.manifestPath,
         '--agent',
@@ -715,89 +618,78 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement[]> {
         '--json',
       ],
       timeoutMs,
+      `${leg}-copy`,
+      { role: 'pulls' },
     );
-    const hostSeconds = joined.hostSeconds.map((seconds, index) => {
-      const copy = pulls.hostSeconds[index];
-      return seconds === undefined || copy === undefined ? undefined : seconds + copy;
-    });
-    return [
-      // The agents' bytes are checked by the copies: each copy is verified against the manifest.
-      { ...joined, hostsVerified: pulls.hostsVerified },
-      {
-        ...joined,
-        leg: 'swarm + copy out',
-        hostSeconds,
-        hostsVerified: pulls.hostsVerified,
-        ...(pulls.problem === undefined ? {} : { problem: pulls.problem }),
-      },
-    ];
+    const copyMeasurement = await verifyAndMeasure(
+      context,
+      copyMeter,
+      `${leg}-copy`,
+      copies,
+      dirs,
+      join(work, `${leg}-copy`),
+    );
+    const first = withRtts(meter.measurement(leg, joined, copyMeasurement.hostsVerified), rtts);
+    return [first, combine(`${leg} + copy out`, first, copyMeasurement)];
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    log(`swarm: failed: ${message}`);
-    return [{ leg: 'swarm', hostSeconds: [], hostsVerified: 0, originBytes: undefined, problem: message }];
+    log(`${leg}: failed: ${message}`);
+    return [{ leg, hostSeconds: [], hostsVerified: 0, originBytes: undefined, problem: message }];
   } finally {
-    await Promise.all(services.map((child) => stopChild(child)));
+    await sampler.stop();
+    await stopAll(services);
+    await copyMeter?.close();
+    await meter.close();
     if (!options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
   }
 }
 
-/**
- * The scheduler in the control namespace (a machine of its own, off the origin's busy link) and
- * an agent in every host's, each awaited until it
- * listens; returns the agents' URLs in host order. Every process started is pushed on `services`
- * at once, so the caller stops it whatever happens here.
- */
-async function startSwarmServices(context: LegContext, services: ChildProcess[]): Promise<string[]> {
-  const { hostSet, options, work, logDir } = context;
-  const loopback = hostSet.mode === 'loopback';
-  const readers =
-    options.originReaders ?? (typeof context.sim === 'string' ? undefined : context.sim.originReaders);
-  const schedulerArgv = [
-    NODE,
-    ...profileFlags(),
-    CLI,
-    'scheduler',
-    '--port',
-    String(loopback ? await freePort() : SCHEDULER_PORT),
-    '--host',
-    hostSet.control.address,
-    ...(readers === undefined ? [] : ['--origin-readers', String(readers)]),
-    '--ring-parents',
-    String(options.ringParents),
-    ...schedulingFlags(options),
-  ];
-  const scheduler = spawnLogged(hostSet, hostSet.control.ns, schedulerArgv, logDir, 'scheduler');
-  services.push(scheduler);
-  const schedulerPattern = /weightcast scheduler listening on (http:\/\/\S+)/;
-  const schedulerUrl = (await firstMatch(scheduler, schedulerPattern, START_TIMEOUT_MS, 'scheduler'))[1];
-  if (schedulerUrl === undefined) throw new Error('scheduler printed no URL');
+/** Two phases one after the other on every host: times, CPU and bytes add up. */
+function combine(leg: string, first: LegMeasurement, second: LegMeasurement): LegMeasurement {
+  const add = (a: number | undefined, b: number | undefined): number | undefined =>
+    a === undefined || b === undefined ? undefined : a + b;
+  const cpu =
+    first.cpu === undefined || second.cpu === undefined
+      ? undefined
+      : {
+          userSeconds: first.cpu.userSeconds + second.cpu.userSeconds,
+          systemSeconds: first.cpu.systemSeconds + second.cpu.systemSeconds,
+        };
+  const wallSeconds = add(first.wallSeconds, second.wallSeconds);
+  const problem = [first.problem, second.problem].filter((text) => text !== undefined).join('; ');
+  return {
+    leg,
+    hostSeconds: first.hostSeconds.map((seconds, index) => add(seconds, second.hostSeconds[index])),
+    hostsVerified: second.hostsVerified,
+    originBytes: add(first.originBytes, second.originBytes),
+    ...(cpu === undefined ? {} : { cpu, cpuSource: first.cpuSource ?? 'proc' }),
+    ...(wallSeconds === undefined ? {} : { wallSeconds }),
+    ...(problem === '' ? {} : { problem }),
+  };
+}
 
-  const ports: number[] = [];
-  while (ports.length < hostSet.hosts.length) ports.push(loopback ? await freePort() : AGENT_PORT);
-  const listening = hostSet.hosts.map((host, index) => {
-    // In namespaces tc caps the links; on loopback the agents must cap themselves.
-    const caps = loopback ? ['--upload-mbps', String(host.mbps), '--download-mbps', String(host.mbps)] : [];
-    const argv = [
-      NODE,
-      ...profileFlags(),
-      CLI,
-      'agent',
-      '--scheduler',
-      schedulerUrl,
-      '--cache',
-      join(work, 'swarm-cache', host.label),
-      '--port',
-      String(ports[index]),
-      '--host',
-      host.address,
-      ...caps,
-    ];
-    const agent = spawnLogged(hostSet, host.ns, argv, logDir, `agent-${host.label}`);
-    services.push(agent);
-    const pattern = /weightcast agent listening on (http:\/\/\S+)/;
-    return firstMatch(agent, pattern, START_TIMEOUT_MS, `agent on ${host.label}`);
-  });
-  return (await Promise.all(listening)).map((match) => match[1] ?? '');
+/** swarm-warm: every agent fetches a small model first, unmeasured. */
+async function warmUp(context: LegContext, agentUrls: readonly string[], timeoutMs: number): Promise<void> {
+  const { work, options, originUrl } = context;
+  const model = await prepareModel(work, options, true);
+  const joinPath = join(work, 'warm-up-join.json');
+  await writeFile(
+    joinPath,
+    JSON.stringify({ source: `${originUrl}warm-up/`, manifest: readFileSync(model.manifestPath, 'utf8') }),
+  );
+  const hex = model.digest.slice('sha256:'.length);
+  log(`swarm-warm: warming the agents up with a ${options.warmUpMb} MiB model (not measured)`);
+  const meter = await LegMeter.open({ ...context, cgroups: undefined }, 'warm-up');
+  const runs = await runOnEveryHost(
+    context,
+    meter,
+    (_host, index) => joinArgv(agentUrls[index] ?? '', joinPath, hex),
+    timeoutMs,
+    'warm-up',
+    { selfGated: true },
+  );
+  const failed = runs.filter((run) => run.problem !== undefined);
+  if (failed.length > 0) throw new Error(`warm-up failed: ${failed.map((run) => run.problem).join('; ')}`);
 }
 
 /**
@@ -831,17 +723,28 @@ interface Report {
   setting: Setting & { pieceMb: number; pieces: number; digest: string };
   tLowerBoundSeconds: number;
   naiveFluidSeconds: number;
+  chainFluidSeconds: number;
   sim: SimPrediction | string;
   /** The share of each cap the simulator's links were given (TCP payload on the testbed). */
   simLinkShare: number;
   /** The testbed links' MTU (netns mode). */
   mtu: number;
+  schedulerOn: Options['schedulerOn'];
+  /** Why CPU is read from /proc instead of per-leg cgroups, when it is. */
+  cgroupProblem: string | undefined;
   legs: LegSummary[];
+}
+
+function predictionFor(leg: string, report: Report): { seconds: number; source: string } | undefined {
+  if (leg === 'naive') return { seconds: report.naiveFluidSeconds, source: 'fluid N*S/U' };
+  if (leg === 'chain') return { seconds: report.chainFluidSeconds, source: 'fluid S/B' };
+  if (leg.startsWith('swarm') && typeof report.sim !== 'string')
+    return { seconds: report.sim.tLastSeconds, source: 'sim' };
+  return undefined;
 }
 
 function printReport(report: Report): void {
   const { setting, sim } = report;
-  const where = report.mode === 'netns' ? `${report.mode}` : 'loopback';
   const header = [
     'leg',
     'verified',
@@ -851,21 +754,18 @@ function printReport(report: Report): void {
     'origin / S',
     'predicted T_last',
     'measured / predicted',
-    'cores busy: ours / all',
+    'CPU-s/GiB user',
+    'kernel',
+    'cores: leg / machine',
   ];
   const rows = report.legs.map((leg) => {
-    const predicted =
-      leg.leg === 'naive'
-        ? { seconds: report.naiveFluidSeconds, source: 'fluid N*S/U' }
-        : typeof sim === 'string'
-          ? undefined
-          : { seconds: sim.tLastSeconds, source: 'sim' };
+    const predicted = predictionFor(leg.leg, report);
     const ratio =
       predicted === undefined || leg.tLastSeconds === undefined
         ? undefined
         : leg.tLastSeconds / predicted.seconds;
     return [
-      `${leg.leg} (${where})`,
+      leg.leg,
       leg.skipped !== undefined ? 'not run' : `${leg.hostsVerified}/${leg.hosts}`,
       formatOptionalSeconds(leg.tLastSeconds),
       formatOptionalSeconds(leg.p50Seconds),
@@ -873,7 +773,9 @@ function printReport(report: Report): void {
       formatOptionalNumber(leg.originRatio, 3),
       predicted === undefined ? '-' : `${formatOptionalSeconds(predicted.seconds)} (${predicted.source})`,
       formatOptionalNumber(ratio, 3),
-      `${formatOptionalNumber(leg.cpuCores, 2)} / ${formatOptionalNumber(leg.machineCores, 2)} of ${cpus().length}`,
+      formatOptionalNumber(leg.userCpuPerGiB, 2),
+      formatOptionalNumber(leg.kernelCpuPerGiB, 2),
+      `${formatOptionalNumber(leg.cpuCores, 2)} / ${formatOptionalNumber(leg.machineCores, 2)}`,
     ];
   });
   if (typeof sim !== 'string') {
@@ -888,12 +790,14 @@ function printReport(report: Report): void {
       '',
       '',
       '',
+      '',
+      '',
     ]);
   }
   console.log(
     `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${formatBytes(setting.pieceMb * MiB)}, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
-      `origin ${setting.originMbps} Mbit/s`,
+      `origin ${setting.originMbps} Mbit/s; scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
   );
   console.log(report.modeNote);
   const load = report.loadAverageAtStart;
@@ -910,19 +814,48 @@ function printReport(report: Report): void {
     if (leg.problem !== undefined) console.log(`${leg.leg}: FAILED: ${leg.problem}`);
   }
   if (typeof sim === 'string') console.log(`sim: ${sim}`);
-  const swarm = report.legs.find((leg) => leg.leg === 'swarm');
-  if (swarm?.tLastSeconds !== undefined && typeof sim !== 'string') {
-    const error = relativeError(swarm.tLastSeconds, sim.tLastSeconds);
-    const met = Math.abs(error) <= 0.15;
+  for (const leg of report.legs) for (const note of leg.notes ?? []) console.log(`${leg.leg}: ${note}`);
+  for (const leg of report.legs) {
+    if (leg.cpuPerGiBByRole !== undefined)
+      console.log(`${leg.leg}: CPU-s/GiB by role (user + kernel): ${cpuByRoleLine(leg.cpuPerGiBByRole)}`);
+  }
+  for (const leg of report.legs) {
+    const rtt = leg.schedulerRttMs;
+    if (rtt === undefined) continue;
     console.log(
-      `swarm T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} % (goal: within 15 %): ${met ? 'met' : 'NOT met'}`,
+      `${leg.leg}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
+        `p50 ${rtt.p50.toFixed(2)} ms, p90 ${rtt.p90.toFixed(2)} ms (${rtt.samples} samples)`,
     );
   }
-  if (swarm !== undefined) {
+  for (const line of comparisonLines(report.legs, typeof sim === 'string' ? undefined : sim.tLastSeconds))
+    console.log(line);
+  printNotes(report);
+}
+
+function printNotes(report: Report): void {
+  const names = new Set(report.legs.map((leg) => leg.leg));
+  if (names.has('swarm')) {
     console.log(
-      "swarm: from asking every host's agent for the model (local API, all at once) until each agent holds it verified " +
-        '(what a loader on that host reads from); swarm + copy out: plus the time `pull --agent`, run on every host ' +
-        'afterwards, takes to copy it into its own directory, verified again and fsynced.',
+      'swarm: the user flow with cold agents: from the start of `weightcast agent` on every host (the pull ' +
+        'starting as its agent prints its listening line) until `weightcast pull --agent` exits 0 with the ' +
+        'files at its destination.',
+    );
+  }
+  if (names.has('swarm-warm')) {
+    console.log(
+      'swarm-warm: agents started and warmed up before the clock, asked through their local API at once, ' +
+        'until each holds the model verified; + copy out: plus `pull --agent` run on every host afterwards.',
+    );
+  }
+  if (names.has('bittorrent')) {
+    console.log(
+      'bittorrent: aria2c on every host from the clock, tracker (opentracker) and seeder (aria2c) on the ' +
+        "origin's host; a host is done when aria2c reports the download complete (every piece's SHA-1 checked).",
+    );
+  }
+  if (names.has('chain')) {
+    console.log(
+      'chain: socat + tee relay origin -> host1 -> ... -> hostN; a host is done when tar has extracted.',
     );
   }
   if (report.mode === 'netns') {
@@ -933,7 +866,7 @@ function printReport(report: Report): void {
     );
     console.log(
       "origin / S: bytes sent by the origin namespace's eth0 during the leg (TX counter before and after), " +
-        'over S; it includes protocol headers (the scheduler runs on a control machine of its own).',
+        `over S; it includes protocol headers${report.schedulerOn === 'origin' ? " and the scheduler's messages (it runs on the origin's host)" : ' (the scheduler runs on a control machine of its own)'}.`,
     );
   } else {
     console.log(
@@ -942,42 +875,53 @@ function printReport(report: Report): void {
     );
   }
   console.log(
-    'cores busy: ours = CPU seconds of the processes this benchmark started (origin, scheduler, agents, ' +
-      "pulls, itself) over the pulls' wall time, both from the release of the starting gate (the hosts' " +
-      'commands start up before it); all = the whole machine (/proc/stat: other work and steal ' +
-      `included). Near ${cpus().length} the cores, not the links, set the pace; all well above ours means ` +
-      'something else competed for them.',
+    report.cgroupProblem === undefined
+      ? "CPU-s/GiB: user and kernel CPU time of all the leg's processes (each leg in a cgroup of its own: origin " +
+          'server, scheduler, agents, pulls, tracker, seeders, relays) from the clock to the last host, over the GiB ' +
+          'delivered (hosts x S). Kernel time includes system calls and the network softirq work that ran on those ' +
+          "processes, not softirq work in ksoftirqd or on other tasks, nor the benchmark's own process."
+      : `CPU-s/GiB: from /proc of the leg's processes alive at each reading and the reaped ones (no cgroups: ${report.cgroupProblem}).`,
+  );
+  console.log(
+    `cores: leg = its processes' CPU over the leg's wall time; machine = the whole machine (/proc/stat: other ` +
+      `work and steal included), of ${cpus().length}. Near ${cpus().length} the cores, not the links, set the pace.`,
   );
 }
 
 async function main(argv: readonly string[]): Promise<number> {
   let options: Options;
   try {
-    const parsed = parseOptions(argv);
+    const parsed = parseOptions(argv, tmpdir());
     if (parsed === 'help') {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
     options = parsed;
   } catch (error) {
-    log(`bench:fanout: ${error instanceof Error ? error.message : String(error)}\n${USAGE}`);
+    if (!(error instanceof UsageError) && !(error instanceof TypeError)) throw error;
+    log(`bench:fanout: ${error.message}\n${USAGE}`);
     return 2;
   }
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
   const modeNote =
     problem === undefined
-      ? `testbed: a network namespace per host (and one for the scheduler) on a Linux bridge, tc tbf caps on every link, both directions, MTU ${options.mtu}`
+      ? `testbed: a network namespace per host (and one control machine) on a Linux bridge, tc tbf caps on every link, both directions, MTU ${options.mtu}`
       : `LOOPBACK MODE: no network namespaces (${problem}); everything runs on 127.0.0.1, capped only by the processes themselves`;
   if (problem !== undefined) log(`NOTE: ${modeNote}`);
+  const cgroupsProblem = cgroupProblem();
+  if (cgroupsProblem !== undefined)
+    log(`NOTE: no per-leg cgroups (${cgroupsProblem}): CPU is read from /proc`);
   const loadAverageAtStart = loadavg()[0] ?? 0;
 
   await mkdir(options.work, { recursive: true });
   const work = await mkdtemp(join(options.work, 'weightcast-fanout-'));
   const root = new ChildRegistry();
   let hostSet: HostSet | undefined;
+  let cgroups: CgroupTree | undefined;
   const disposeAbruptEnd = onAbruptEnd((reason) => {
     hostSet?.closeSync();
     root.killAllSync();
+    cgroups?.closeSync();
     if (!options.keep) rmSync(work, { recursive: true, force: true, maxRetries: 3 });
     log(
       `bench:fanout: ${reason}: stopped its processes, removed its testbed${options.keep ? '' : ` and ${work}`}`,
@@ -994,6 +938,8 @@ async function main(argv: readonly string[]): Promise<number> {
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
     const simLinkShare = problem === undefined ? tcpPayloadShare(options.mtu) : 1;
     const sim = await predict(setting, model.pieceBytes, options, root, simLinkShare);
+    if (cgroupsProblem === undefined)
+      cgroups = await CgroupTree.create(testbedTag(process.pid, randomInt(26)));
     hostSet =
       problem === undefined
         ? await createTestbed({
@@ -1007,16 +953,40 @@ async function main(argv: readonly string[]): Promise<number> {
     try {
       const logDir = join(work, 'logs');
       await mkdir(logDir, { recursive: true });
-      const originUrl = await startOrigin(hostSet, model, logDir);
-      log(`origin serving ${model.dir} at ${originUrl}; process output goes to ${logDir} (--keep keeps it)`);
-      const context: LegContext = { hostSet, model, originUrl, setting, work, logDir, options, sim };
-      if (options.legs.includes('naive')) measurements.push(await naiveLeg(context));
-      if (options.legs.includes('swarm')) measurements.push(...(await swarmLeg(context)));
+      const services = await cgroups?.leaf('services');
+      const origin = await startOrigin({ hostSet, logDir, services, model });
+      log(
+        `origin serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
+      );
+      const context: LegContext = {
+        hostSet,
+        model,
+        modelUrl: `${origin.url}model/`,
+        originUrl: origin.url,
+        originPid: origin.pid,
+        setting,
+        work,
+        logDir,
+        options,
+        node: NODE,
+        cli: CLI,
+        cgroups,
+        services,
+      };
+      const legs = {
+        naive: async () => [await naiveLeg(context)],
+        swarm: async () => [await swarmLeg(context)],
+        'swarm-warm': () => swarmWarmLeg(context),
+        bittorrent: async () => [await bittorrentLeg(context)],
+        chain: async () => [await chainLeg(context)],
+      };
+      for (const leg of options.legs) measurements.push(...(await legs[leg]()));
       if (options.keep && process.env['WEIGHTCAST_TRACE_PIECES'] === '1') {
         log(`where the swarm's time went: node dist/bench/trace-report.js ${logDir}`);
       }
     } finally {
       await hostSet.close();
+      await cgroups?.close();
     }
     const report: Report = {
       mode: hostSet.mode,
@@ -1025,9 +995,12 @@ async function main(argv: readonly string[]): Promise<number> {
       setting: { ...setting, pieceMb: model.pieceBytes / MiB, pieces: model.pieces, digest: model.digest },
       tLowerBoundSeconds: lowerBoundSeconds(setting),
       naiveFluidSeconds: naiveFluidSeconds(setting),
+      chainFluidSeconds: chainFluidSeconds(setting, simLinkShare),
       sim,
       simLinkShare,
       mtu: options.mtu,
+      schedulerOn: options.schedulerOn,
+      cgroupProblem: cgroupsProblem,
       legs: measurements.map((measurement) => summarizeLeg(measurement, setting)),
     };
     if (options.json) console.log(JSON.stringify({ event: 'fanout', ...report }));

@@ -1,7 +1,8 @@
 /**
  * `node dist/bench/trace-report.js LOGDIR [MODEL]`: where a swarm run's time went, from the agents' piece
- * traces. Run the fan-out with `WEIGHTCAST_TRACE_PIECES=1 node dist/bench/fanout.js --legs swarm
- * --skip-copy-out --keep` and point this at the logs directory it names. Each agent log holds its
+ * traces. Run the fan-out with `WEIGHTCAST_TRACE_PIECES=1 node dist/bench/fanout.js --legs swarm-warm
+ * --skip-copy-out --keep` (warm agents) or `--legs swarm --keep` (the user's flow) and point this at
+ * the logs directory it names. Each agent log holds its
  * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
  * from request to last byte, `waitMs` from request to first byte, `verifyMs`, `parent`).
  *

@@ -65,9 +65,10 @@ export interface TestbedPlan {
   origin: Endpoint;
   hosts: Endpoint[];
   /**
-   * A machine of its own for control-plane services (the swarm's scheduler), capped like a host.
-   * In the origin's namespace the scheduler's messages queued behind the origin's data in its
-   * capped link (tbf holds up to 50 ms); a scheduler runs on its own machine.
+   * A machine of its own for control-plane services, capped like a host: the swarm's scheduler
+   * with `bench:fanout --scheduler-on control`. By default the scheduler runs on the origin's host,
+   * as it is often deployed, and its messages queue behind the origin's data in the capped link
+   * (tbf holds up to 50 ms).
    */
   control: Endpoint;
   prefixLength: 24;

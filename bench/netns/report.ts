@@ -5,6 +5,7 @@
 
 import { fluidLowerBoundSeconds } from '../../src/sim/bound.js';
 import { formatSeconds } from '../../src/util/units.js';
+import type { CpuTimes } from './cgroup.js';
 
 export interface Setting {
   hosts: number;
@@ -20,14 +21,30 @@ export interface LegMeasurement {
   hostsVerified: number;
   /** Bytes the origin host sent during the leg; undefined when not measured. */
   originBytes: number | undefined;
-  /** Cores the benchmark's own processes kept busy on average during the pulls, when known. */
-  cpuCores?: number;
-  /** Cores busy on the whole machine on average during the pulls (other users' work included). */
+  /** CPU time of the leg's processes from the clock's start to the last host's finish, when known. */
+  cpu?: CpuTimes;
+  /** How `cpu` was counted: the leg's cgroup, or /proc of the processes still alive at the end. */
+  cpuSource?: 'cgroup' | 'proc';
+  /** The same per role of the leg's processes (origin, scheduler, agents, pulls, ...), with cgroups. */
+  cpuByRole?: Array<CpuTimes & { role: string }>;
+  /** Seconds between the two CPU readings. */
+  wallSeconds?: number;
+  /** Cores busy on the whole machine on average during the leg (other users' work included). */
   machineCores?: number;
+  /** Swarm legs: the scheduler's TCP connections' smoothed RTTs sampled during the leg. */
+  schedulerRttMs?: RttSummary;
+  /** Lines printed under the table for this leg (for example, where its time went). */
+  notes?: string[];
   /** What went wrong in a leg that ran. */
   problem?: string;
   /** Why the leg did not run at all (for example, a command not built yet). */
   skipped?: string;
+}
+
+export interface RttSummary {
+  p50: number;
+  p90: number;
+  samples: number;
 }
 
 export interface LegSummary {
@@ -40,8 +57,17 @@ export interface LegSummary {
   p50Seconds: number | undefined;
   efficiency: number | undefined;
   originRatio: number | undefined;
+  /** User-mode and kernel CPU-seconds per GiB delivered (hosts x S). */
+  userCpuPerGiB: number | undefined;
+  kernelCpuPerGiB: number | undefined;
+  cpuSource: 'cgroup' | 'proc' | undefined;
+  /** The leg's processes' CPU time over the leg's wall time. */
   cpuCores: number | undefined;
   machineCores: number | undefined;
+  schedulerRttMs?: RttSummary;
+  /** CPU-seconds (user + kernel) per GiB delivered by role, largest first. */
+  cpuPerGiBByRole?: Array<{ role: string; userPerGiB: number; kernelPerGiB: number }>;
+  notes?: string[];
   problem?: string;
   skipped?: string;
 }
@@ -67,6 +93,15 @@ export function naiveFluidSeconds(setting: Setting): number {
   );
 }
 
+/** The p50 and p90 (nearest rank) of RTT samples, or undefined without samples. */
+export function rttSummary(samplesMs: readonly number[]): RttSummary | undefined {
+  if (samplesMs.length === 0) return undefined;
+  const sorted = [...samplesMs].sort((a, b) => a - b);
+  const rank = (q: number): number =>
+    sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? 0;
+  return { p50: rank(0.5), p90: rank(0.9), samples: sorted.length };
+}
+
 /** The lower median (for an even count, the smaller of the middle two), or undefined when empty. */
 export function median(values: readonly number[]): number | undefined {
   if (values.length === 0) return undefined;
@@ -74,7 +109,17 @@ export function median(values: readonly number[]): number | undefined {
   return sorted[Math.floor((sorted.length - 1) / 2)];
 }
 
+/**
+ * The pipelined chain's fluid time: every byte crosses each link once at the payload rate of the
+ * slowest cap, and all links run at once.
+ */
+export function chainFluidSeconds(setting: Setting, payloadShare: number): number {
+  return setting.totalBytes / (bytesPerSecond(Math.min(setting.hostMbps, setting.originMbps)) * payloadShare);
+}
+
 export function summarizeLeg(measurement: LegMeasurement, setting: Setting): LegSummary {
+  const deliveredGiB = (setting.hosts * setting.totalBytes) / 2 ** 30;
+  const { cpu, wallSeconds } = measurement;
   const finished = measurement.hostSeconds.filter((s): s is number => s !== undefined);
   const allFinished = finished.length === setting.hosts && measurement.hostSeconds.length === setting.hosts;
   const tLast = allFinished ? Math.max(...finished) : undefined;
@@ -88,8 +133,27 @@ export function summarizeLeg(measurement: LegMeasurement, setting: Setting): Leg
     efficiency: tLast === undefined ? undefined : lowerBoundSeconds(setting) / tLast,
     originRatio:
       measurement.originBytes === undefined ? undefined : measurement.originBytes / setting.totalBytes,
-    cpuCores: measurement.cpuCores,
+    userCpuPerGiB: cpu === undefined ? undefined : cpu.userSeconds / deliveredGiB,
+    kernelCpuPerGiB: cpu === undefined ? undefined : cpu.systemSeconds / deliveredGiB,
+    cpuSource: cpu === undefined ? undefined : measurement.cpuSource,
+    cpuCores:
+      cpu === undefined || wallSeconds === undefined || wallSeconds <= 0
+        ? undefined
+        : (cpu.userSeconds + cpu.systemSeconds) / wallSeconds,
     machineCores: measurement.machineCores,
+    ...(measurement.schedulerRttMs === undefined ? {} : { schedulerRttMs: measurement.schedulerRttMs }),
+    ...(measurement.notes === undefined ? {} : { notes: measurement.notes }),
+    ...(measurement.cpuByRole === undefined
+      ? {}
+      : {
+          cpuPerGiBByRole: measurement.cpuByRole
+            .map((role) => ({
+              role: role.role,
+              userPerGiB: role.userSeconds / deliveredGiB,
+              kernelPerGiB: role.systemSeconds / deliveredGiB,
+            }))
+            .sort((a, b) => b.userPerGiB + b.kernelPerGiB - (a.userPerGiB + a.kernelPerGiB)),
+        }),
     ...(measurement.problem === undefined ? {} : { problem: measurement.problem }),
     ...(measurement.skipped === undefined ? {} : { skipped: measurement.skipped }),
   };
@@ -107,11 +171,18 @@ export function parseMachineBusyTicks(procStat: string): number | undefined {
   return [user, nice, system, irq, softirq, steal].reduce<number>((sum, f) => sum + (f ?? 0), 0);
 }
 
+export interface ProcTicks {
+  user: number;
+  system: number;
+  reapedChildrenUser: number;
+  reapedChildrenSystem: number;
+}
+
 /**
- * From a `/proc/PID/stat` line: the process's own CPU ticks (utime + stime) and those of its
- * children it has reaped (cutime + cstime).
+ * From a `/proc/PID/stat` line: the process's own CPU ticks (utime, stime) and those of its
+ * children it has reaped (cutime, cstime).
  */
-export function parseProcStatTicks(text: string): { own: number; reapedChildren: number } | undefined {
+export function parseProcStatTicks(text: string): ProcTicks | undefined {
   // The command name (field 2) is in parentheses and may hold spaces; fields after it are plain.
   const fields = text
     .slice(text.lastIndexOf(')') + 2)
@@ -123,7 +194,7 @@ export function parseProcStatTicks(text: string): { own: number; reapedChildren:
   if (utime === undefined || stime === undefined || cutime === undefined || cstime === undefined)
     return undefined;
   if (![utime, stime, cutime, cstime].every(Number.isFinite)) return undefined;
-  return { own: utime + stime, reapedChildren: cutime + cstime };
+  return { user: utime, system: stime, reapedChildrenUser: cutime, reapedChildrenSystem: cstime };
 }
 
 /** A leg that ran and did not bring every host a verified copy. */
@@ -150,3 +221,94 @@ export const formatOptionalSeconds = (seconds: number | undefined): string =>
 
 export const formatOptionalNumber = (value: number | undefined, digits: number): string =>
   value === undefined ? '-' : value.toFixed(digits);
+
+/** The speed the swarm should have over the BitTorrent leg (issue 15's goal). */
+export const SPEEDUP_OVER_BITTORRENT_GOAL = 1.4;
+
+const cpuPerGiB = (leg: LegSummary): number | undefined =>
+  leg.userCpuPerGiB === undefined || leg.kernelCpuPerGiB === undefined
+    ? undefined
+    : leg.userCpuPerGiB + leg.kernelCpuPerGiB;
+
+/**
+ * The swarm rows against the BitTorrent leg (speed ratio T_bt / T_swarm, CPU ratio), the chain (the
+ * ceiling) and the simulator, for the legs that ran.
+ */
+export function comparisonLines(legs: readonly LegSummary[], simSeconds: number | undefined): string[] {
+  const byName = new Map(legs.map((leg) => [leg.leg, leg]));
+  const lines: string[] = [];
+  for (const name of ['swarm', 'swarm-warm + copy out']) {
+    const swarm = byName.get(name);
+    if (swarm?.tLastSeconds === undefined) continue;
+    const bittorrent = byName.get('bittorrent');
+    if (bittorrent?.tLastSeconds !== undefined) {
+      const speedup = bittorrent.tLastSeconds / swarm.tLastSeconds;
+      const swarmCpu = cpuPerGiB(swarm);
+      const bittorrentCpu = cpuPerGiB(bittorrent);
+      const cpuRatio =
+        swarmCpu === undefined || bittorrentCpu === undefined ? undefined : swarmCpu / bittorrentCpu;
+      lines.push(
+        `${name} vs bittorrent: T_bt / T_swarm = ${speedup.toFixed(2)} (goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ` +
+          `${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}; CPU-s/GiB (user + kernel) ` +
+          `${formatOptionalNumber(cpuRatio, 2)} x the BitTorrent leg's (goal <= 1)`,
+      );
+    }
+    const chain = byName.get('chain');
+    if (chain?.tLastSeconds !== undefined) {
+      lines.push(
+        `${name} vs chain: T_chain / T_swarm = ${(chain.tLastSeconds / swarm.tLastSeconds).toFixed(2)} ` +
+          `(the chain is the ceiling: efficiency ${formatOptionalNumber(swarm.efficiency, 3)} against its ` +
+          `${formatOptionalNumber(chain.efficiency, 3)})`,
+      );
+    }
+  }
+  for (const name of ['swarm', 'swarm-warm']) {
+    const swarm = byName.get(name);
+    if (swarm?.tLastSeconds === undefined || simSeconds === undefined) continue;
+    const error = relativeError(swarm.tLastSeconds, simSeconds);
+    lines.push(`${name} T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} %`);
+  }
+  return lines;
+}
+
+/** One host of the user flow: when its agent listened, and what its pull reported. */
+export interface UserFlowPhases {
+  /** From the clock's start until the agent printed its listening line. */
+  agentStartSeconds: number;
+  /** From the pull's own start until its agent held the model (`agent-complete`), when reported. */
+  swarmSeconds: number | undefined;
+  /** The host's T (until the pull exited 0), when it finished. */
+  totalSeconds: number | undefined;
+}
+
+const spread = (values: readonly number[]): string => {
+  if (values.length === 0) return '-';
+  const sorted = [...values].sort((a, b) => a - b);
+  const p50 = median(sorted) ?? 0;
+  return `${(sorted[0] ?? 0).toFixed(2)} / ${p50.toFixed(2)} / ${(sorted[sorted.length - 1] ?? 0).toFixed(2)} s`;
+};
+
+/**
+ * Where the user flow's time went, over the hosts (min / p50 / max): the agent's start-up, the
+ * swarm (the pull asking its agent until the agent holds the model) and the rest (the pull's own
+ * start-up and the copy to the destination).
+ */
+export function userFlowPhasesLine(phases: readonly UserFlowPhases[]): string {
+  const swarm = phases.flatMap((phase) => (phase.swarmSeconds === undefined ? [] : [phase.swarmSeconds]));
+  const rest = phases.flatMap((phase) =>
+    phase.swarmSeconds === undefined || phase.totalSeconds === undefined
+      ? []
+      : [phase.totalSeconds - phase.agentStartSeconds - phase.swarmSeconds],
+  );
+  return (
+    `per host (min / p50 / max): agent start-up to listening ${spread(phases.map((phase) => phase.agentStartSeconds))}; ` +
+    `pull until its agent holds the model ${spread(swarm)}; pull start-up + copy out ${spread(rest)}`
+  );
+}
+
+/** `agents 6.10 + 4.02, pulls 3.2 + 2.1, ...`: user + kernel CPU-s per GiB by role. */
+export function cpuByRoleLine(roles: NonNullable<LegSummary['cpuPerGiBByRole']>): string {
+  return roles
+    .map((role) => `${role.role} ${role.userPerGiB.toFixed(2)} + ${role.kernelPerGiB.toFixed(2)}`)
+    .join(', ');
+}

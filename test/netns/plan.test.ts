@@ -118,7 +118,12 @@ test('tables pad every column', () => {
 test('CPU ticks from /proc/PID/stat, with a command name holding spaces and parentheses', () => {
   const line =
     '2450 (node (x) y) R 2447 2447 17892 0 -1 4194304 99 0 0 0 120 30 700 50 20 0 1 0 1251763 3133440 418 0';
-  assert.deepEqual(parseProcStatTicks(line), { own: 150, reapedChildren: 750 });
+  assert.deepEqual(parseProcStatTicks(line), {
+    user: 120,
+    system: 30,
+    reapedChildrenUser: 700,
+    reapedChildrenSystem: 50,
+  });
   assert.equal(parseProcStatTicks('2450 (cat) R 1 2'), undefined);
 });
 

@@ -1,7 +1,8 @@
 /**
- * A small swarm run on the netns testbed (tc caps on every link): the real scheduler and agents in
- * their own namespaces deliver verified copies with the origin sending each byte about once. Needs
- * root and `ip netns`; skipped (with the reason) anywhere else. Checks behaviour, not timings.
+ * A small swarm run on the netns testbed (tc caps on every link), the user's flow: the real scheduler
+ * on the origin's host, and on every host a cold agent and `pull --agent`, deliver verified copies
+ * with the origin sending each byte about once. Needs root and `ip netns`; skipped (with the reason)
+ * anywhere else. Checks behaviour, not timings.
  */
 
 import assert from 'node:assert/strict';
@@ -34,8 +35,6 @@ test('netns: a 3-host swarm behind tc caps delivers verified copies, origin send
       '1',
       '--legs',
       'swarm',
-      '--warm-up-mb',
-      '2',
       '--json',
     ],
     { timeout: 150_000, maxBuffer: 16 * 1024 * 1024 },
@@ -55,6 +54,6 @@ test('netns: a 3-host swarm behind tc caps delivers verified copies, origin send
   assert.ok(swarm !== undefined, stdout);
   assert.equal(swarm.hostsFinished, 3);
   assert.equal(swarm.hostsVerified, 3);
-  // A naive pull would send 3 x S; the origin's TX counter includes headers and scheduler traffic.
+  // A naive pull would send 3 x S; the origin's TX counter includes headers and the scheduler's messages.
   assert.ok(swarm.originRatio < 1.5, `origin sent ${swarm.originRatio} x S`);
 });

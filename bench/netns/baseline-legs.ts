@@ -1,0 +1,287 @@
+/**
+ * The two reference legs of bench:fanout, run on the same testbed as weightcast's:
+ *
+ * - bittorrent: what people already run. A private torrent of the model (mktorrent, piece length
+ *   nearest ours), opentracker and an aria2c seeder on the origin's host, and at the clock's start
+ *   an aria2c on every host that downloads into its own directory and goes on seeding until every
+ *   host is done. Peers come from the tracker only (no DHT, local discovery or peer exchange).
+ * - chain: the testbed's ceiling. A fixed pipelined relay origin -> host1 -> ... -> hostN of socat,
+ *   tee and tar: each host writes the stream to disk and forwards every byte as it arrives; no
+ *   verification, no scheduling.
+ *
+ * Both need the netns testbed (on loopback nothing would cap them) and Debian's tools; a leg whose
+ * tools are missing is skipped with the packages to install.
+ */
+
+import type { ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
+import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  aria2cArgv,
+  BASELINE_INSTALL_HINT,
+  BITTORRENT_COMPLETE_LINE,
+  BITTORRENT_TOOLS,
+  CHAIN_PORT,
+  CHAIN_RECEIVED_LINE,
+  CHAIN_TOOLS,
+  chainHostArgv,
+  chainOriginArgv,
+  completionHookScript,
+  mktorrentArgv,
+  opentrackerArgv,
+  parseInfoHash,
+  parseScrapeSeeds,
+  scrapeArgv,
+  TRACKER_PORT,
+} from './commands.js';
+import {
+  allReady,
+  hostFinish,
+  LEG_TIMEOUT_FACTOR,
+  LEG_TIMEOUT_MIN_MS,
+  LegMeter,
+  log,
+  missingTools,
+  release,
+  runIn,
+  spawnLogged,
+  START_TIMEOUT_MS,
+  startService,
+  stopAll,
+  verifyCopies,
+  waitListening,
+  waitUntil,
+  type HostRun,
+  type LegContext,
+} from './leg-runtime.js';
+import { lowerBoundSeconds, type LegMeasurement } from './report.js';
+
+/** mktorrent hashes the whole model (before the clock): allow it a while on a slow disk. */
+const MKTORRENT_TIMEOUT_MS = 300_000;
+/** aria2c --check-integrity hashes the whole model before the seeder serves. */
+const SEEDER_READY_TIMEOUT_MS = 300_000;
+
+/** Why a baseline leg cannot run here, or undefined. */
+function baselineProblem(context: LegContext, tools: readonly string[]): string | undefined {
+  if (context.hostSet.mode !== 'netns') return 'needs the netns testbed (root and ip netns)';
+  const missing = missingTools(tools);
+  if (missing.length > 0) return `${missing.join(', ')} not installed (${BASELINE_INSTALL_HINT})`;
+  return undefined;
+}
+
+function skipped(leg: string, why: string): LegMeasurement {
+  log(`${leg}: not run: ${why}`);
+  return { leg, hostSeconds: [], hostsVerified: 0, originBytes: undefined, skipped: why };
+}
+
+function legTimeoutMs(context: LegContext): number {
+  return Math.max(LEG_TIMEOUT_MIN_MS, LEG_TIMEOUT_FACTOR * 2 * lowerBoundSeconds(context.setting) * 1000);
+}
+
+export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'bittorrent';
+  const problem = baselineProblem(context, BITTORRENT_TOOLS);
+  if (problem !== undefined) return skipped(leg, problem);
+  const { hostSet, model, work } = context;
+  const dir = join(work, leg);
+  const dirs = hostSet.hosts.map((host) => join(dir, host.label));
+  const meter = await LegMeter.open(context, leg);
+  const services: ChildProcess[] = [];
+  let runs: HostRun[] = [];
+  try {
+    const torrent = await makeTorrent(context, dir);
+    await startService(
+      context,
+      meter,
+      services,
+      hostSet.origin.ns,
+      opentrackerArgv({ address: hostSet.origin.address, dir, whitelistName: 'whitelist' }),
+      'opentracker',
+      { role: 'tracker' },
+    );
+    await waitListening(hostSet, hostSet.origin, TRACKER_PORT, 'opentracker');
+    await startService(
+      context,
+      meter,
+      services,
+      hostSet.origin.ns,
+      aria2cArgv({ role: 'seeder', torrentPath: torrent.path, dir: model.originRoot, benchPid: process.pid }),
+      'aria2c-seeder',
+      { role: 'seeder', mergeStderr: true },
+    );
+    log(`${leg}: the seeder checks the origin's copy, then announces`);
+    await waitUntil(
+      async () =>
+        (parseScrapeSeeds(
+          await runIn(hostSet, hostSet.origin.ns, scrapeArgv(hostSet.origin.address, torrent.infoHash)),
+        ) ?? 0) >= 1,
+      SEEDER_READY_TIMEOUT_MS,
+      'the seeder announced to the tracker',
+    );
+    const hook = join(dir, 'complete-hook.sh');
+    await writeFile(hook, completionHookScript());
+    await chmod(hook, 0o755);
+    await Promise.all(dirs.map((hostDir) => mkdir(hostDir, { recursive: true })));
+    const leechers = hostSet.hosts.map((host, index) =>
+      spawnLogged(
+        context,
+        host.ns,
+        aria2cArgv({
+          role: 'leecher',
+          torrentPath: torrent.path,
+          dir: dirs[index] ?? '',
+          benchPid: process.pid,
+          completionHook: hook,
+        }),
+        `aria2c-${host.label}`,
+        { gate: true, mergeStderr: true },
+      ),
+    );
+    services.push(...leechers);
+    await allReady(
+      leechers,
+      hostSet.hosts.map((host) => `aria2c on ${host.label}`),
+    );
+    await meter.adopt(leechers, 'leechers');
+    log(`${leg}: ${hostSet.hosts.length} aria2c at once`);
+    const started = await meter.start();
+    for (const leecher of leechers) release(leecher);
+    const deadline = started + legTimeoutMs(context);
+    const finish = { line: new RegExp(`^${BITTORRENT_COMPLETE_LINE} `) };
+    runs = await Promise.all(
+      leechers.map((leecher, index) =>
+        hostFinish(leecher, finish, started, deadline, hostSet.hosts[index]?.label ?? String(index)),
+      ),
+    );
+    // Every leecher seeded until now; the clocks stop before they are stopped.
+    await meter.stop();
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    log(`${leg}: failed: ${message}`);
+    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+  } finally {
+    await stopAll(services);
+    await meter.close();
+  }
+  return finishLeg(
+    context,
+    meter,
+    leg,
+    runs,
+    dirs.map((hostDir) => join(hostDir, 'model')),
+    dir,
+  );
+}
+
+/** The torrent file and its info hash, which Debian's opentracker must find in its whitelist. */
+async function makeTorrent(context: LegContext, dir: string): Promise<{ path: string; infoHash: string }> {
+  const { hostSet, model } = context;
+  await mkdir(dir, { recursive: true });
+  // opentracker chroots here and drops to an unprivileged user, which must read the whitelist.
+  await chmod(dir, 0o755);
+  const path = join(dir, 'model.torrent');
+  const argv = mktorrentArgv({
+    modelDir: model.dir,
+    name: 'model',
+    trackerAddress: hostSet.origin.address,
+    pieceBytes: model.pieceBytes,
+    torrentPath: path,
+  });
+  log(`bittorrent: ${argv.join(' ')}`);
+  checkRun(argv, MKTORRENT_TIMEOUT_MS);
+  const shown = checkRun(['aria2c', '--show-files', path], START_TIMEOUT_MS);
+  const infoHash = parseInfoHash(shown);
+  if (infoHash === undefined)
+    throw new Error(`no info hash in aria2c --show-files output: ${shown.slice(0, 300)}`);
+  await writeFile(join(dir, 'whitelist'), `${infoHash}\n`, { mode: 0o644 });
+  return { path, infoHash };
+}
+
+function checkRun(argv: readonly string[], timeoutMs: number): string {
+  const [command, ...args] = argv;
+  const result = spawnSync(command ?? '', args, { encoding: 'utf8', timeout: timeoutMs });
+  if (result.status !== 0) {
+    const said = (result.stderr || result.stdout || result.error?.message || '').trim().slice(-300);
+    throw new Error(`${argv.join(' ')}: exit ${result.status ?? result.signal}: ${said}`);
+  }
+  return result.stdout;
+}
+
+export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'chain';
+  const problem = baselineProblem(context, CHAIN_TOOLS);
+  if (problem !== undefined) return skipped(leg, problem);
+  const { hostSet, model, work } = context;
+  const dir = join(work, leg);
+  const dirs = hostSet.hosts.map((host) => join(dir, host.label));
+  const meter = await LegMeter.open(context, leg);
+  const children: ChildProcess[] = [];
+  let runs: HostRun[] = [];
+  try {
+    await Promise.all(dirs.map((hostDir) => mkdir(hostDir, { recursive: true })));
+    // From the last host back to the first, each listening before its predecessor connects to it.
+    const hostChildren: ChildProcess[] = [];
+    for (let index = hostSet.hosts.length - 1; index >= 0; index--) {
+      const host = hostSet.hosts[index];
+      if (host === undefined) continue;
+      const argv = chainHostArgv({
+        listenAddress: host.address,
+        dir: dirs[index] ?? '',
+        fifo: join(dir, `${host.label}.fifo`),
+        nextAddress: hostSet.hosts[index + 1]?.address,
+      });
+      const child = await startService(context, meter, children, host.ns, argv, `chain-${host.label}`, {
+        role: 'relays',
+      });
+      hostChildren.unshift(child);
+      await waitListening(hostSet, host, CHAIN_PORT, `chain on ${host.label}`);
+    }
+    const firstAddress = hostSet.hosts[0]?.address ?? '';
+    const sender = spawnLogged(
+      context,
+      hostSet.origin.ns,
+      chainOriginArgv({ modelDir: model.dir, firstAddress }),
+      'chain-origin',
+      { gate: true },
+    );
+    children.push(sender);
+    await allReady([sender], ['chain origin']);
+    await meter.adopt([sender], 'sender');
+    log(`${leg}: origin -> ${hostSet.hosts.map((host) => host.label).join(' -> ')}`);
+    const started = await meter.start();
+    release(sender);
+    const deadline = started + legTimeoutMs(context);
+    const finish = { line: new RegExp(`^${CHAIN_RECEIVED_LINE}$`) };
+    runs = await Promise.all(
+      hostChildren.map((child, index) =>
+        hostFinish(child, finish, started, deadline, hostSet.hosts[index]?.label ?? String(index)),
+      ),
+    );
+    await meter.stop();
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    log(`${leg}: failed: ${message}`);
+    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+  } finally {
+    await stopAll(children);
+    await meter.close();
+  }
+  return finishLeg(context, meter, leg, runs, dirs, dir);
+}
+
+/** Verifies every host's copy (outside the timing), removes the leg's files unless --keep. */
+async function finishLeg(
+  context: LegContext,
+  meter: LegMeter,
+  leg: string,
+  runs: readonly HostRun[],
+  copies: readonly string[],
+  dir: string,
+): Promise<LegMeasurement> {
+  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
+  log(`${leg}: verifying ${copies.length} copies`);
+  const verified = runs.some((run) => run.seconds !== undefined) ? await verifyCopies(context, copies) : 0;
+  if (!context.options.keep) await rm(dir, { recursive: true, force: true });
+  return meter.measurement(leg, runs, verified);
+}

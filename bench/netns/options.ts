@@ -1,0 +1,190 @@
+/**
+ * `npm run bench:fanout`'s flags, parsed without side effects so they can be tested: which legs run,
+ * the testbed's setting (hosts, caps, MTU) and where the scheduler sits. `fanout.ts` owns what the
+ * legs do; this module owns what the user asked for.
+ */
+
+import { parseArgs } from 'node:util';
+import { parseHedgeTail, parseRingParents } from '../../src/cli/swarm-flags.js';
+import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
+import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
+
+const MiB = 1024 * 1024;
+
+/**
+ * Every leg, in the order a run measures them. `swarm` is the user's flow with cold agents;
+ * `swarm-warm` is the older measurement (long-running agents, warmed up, asked through their local
+ * API, then `pull --agent` copies out); `bittorrent` and `chain` are the baseline and the ceiling.
+ */
+export const LEGS = ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain'] as const;
+export type Leg = (typeof LEGS)[number];
+export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'chain'];
+
+/** Where the scheduler runs: on the origin's host (as it usually is deployed) or a machine of its own. */
+export const SCHEDULER_PLACES = ['origin', 'control'] as const;
+export type SchedulerPlace = (typeof SCHEDULER_PLACES)[number];
+
+export interface Options {
+  hosts: number;
+  sizeMb: number;
+  mbps: number;
+  originMbps: number;
+  /** Undefined: the manifest's default for the model's size (defaultPieceSize). */
+  pieceMb: number | undefined;
+  originReaders: number | undefined;
+  legs: Leg[];
+  work: string;
+  loopback: boolean;
+  keep: boolean;
+  json: boolean;
+  /** swarm-warm: skip the pull --agent copy-out (profiling the swarm alone); the agents' caches are verified instead. */
+  skipCopyOut: boolean;
+  /** swarm-warm: size of the model the agents fetch first, unmeasured (0: none). */
+  warmUpMb: number;
+  /** Ring pairings (SwarmConfig.ringParents) for the scheduler and the simulator (0: off). */
+  ringParents: number;
+  /** Pieces each host downloads and uploads at once (scheduler and simulator); undefined: their default. */
+  downloads: number | undefined;
+  uploads: number | undefined;
+  /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
+  hedgeTail: number | undefined;
+  /** The testbed links' MTU (netns only). */
+  mtu: number;
+  schedulerOn: SchedulerPlace;
+}
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+export const USAGE = [
+  'usage: npm run bench:fanout -- [flags]',
+  '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
+  `  --mtu M (${MTU_DEFAULT}; 9000 for jumbo frames; netns testbed only)`,
+  "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
+  '  --scheduler-on origin|control (origin: beside the origin on its host and link; control: a machine of its own)',
+  "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
+  "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
+  "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
+  `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
+  '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
+  '      and `weightcast pull --agent` when the clock starts; swarm-warm: warmed-up agents asked through their',
+  '      local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker; chain: socat + tee relay',
+  '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',
+  '  --work DIR (the temp dir)  --loopback  --keep  --json',
+].join('\n');
+
+export function parseOptions(argv: readonly string[], defaultWork: string): Options | 'help' {
+  const { values } = parseArgs({
+    args: [...argv],
+    options: {
+      hosts: { type: 'string', default: '8' },
+      'size-mb': { type: 'string', default: '256' },
+      mbps: { type: 'string', default: '200' },
+      'origin-mbps': { type: 'string' },
+      'piece-mb': { type: 'string' },
+      'origin-readers': { type: 'string' },
+      legs: { type: 'string', default: LEGS_DEFAULT.join(',') },
+      warm: { type: 'boolean', default: false },
+      work: { type: 'string', default: defaultWork },
+      loopback: { type: 'boolean', default: false },
+      keep: { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+      'skip-copy-out': { type: 'boolean', default: false },
+      'warm-up-mb': { type: 'string', default: '64' },
+      mtu: { type: 'string', default: String(MTU_DEFAULT) },
+      'scheduler-on': { type: 'string', default: 'origin' },
+      'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
+      downloads: { type: 'string' },
+      uploads: { type: 'string' },
+      'hedge-tail': { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  if (values.help) return 'help';
+  const mbps = number(values.mbps, '--mbps', MBPS_MIN, MBPS_MAX);
+  const schedulerOn = values['scheduler-on'];
+  if (!(SCHEDULER_PLACES as readonly string[]).includes(schedulerOn)) {
+    throw new UsageError(`--scheduler-on must be ${SCHEDULER_PLACES.join(' or ')}, got ${schedulerOn}`);
+  }
+  const legs = parseLegs(values.legs, values.warm);
+  if (values['skip-copy-out'] && !legs.includes('swarm-warm')) {
+    // The swarm leg is the user's flow now: its copy-out is part of what it measures.
+    throw new UsageError(
+      "--skip-copy-out applies to the warm agents' leg: use --legs swarm-warm --skip-copy-out (or add --warm)",
+    );
+  }
+  return {
+    hosts: integer(values.hosts, '--hosts', 1, HOSTS_MAX),
+    sizeMb: integer(values['size-mb'], '--size-mb', 1, 1024 * 1024),
+    mbps,
+    originMbps:
+      values['origin-mbps'] === undefined
+        ? mbps
+        : number(values['origin-mbps'], '--origin-mbps', MBPS_MIN, MBPS_MAX),
+    pieceMb: values['piece-mb'] === undefined ? undefined : pieceMb(values['piece-mb']),
+    originReaders:
+      values['origin-readers'] === undefined
+        ? undefined
+        : integer(values['origin-readers'], '--origin-readers', 1, 1024),
+    legs,
+    work: values.work,
+    loopback: values.loopback,
+    keep: values.keep,
+    json: values.json,
+    skipCopyOut: values['skip-copy-out'],
+    warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
+    mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
+    schedulerOn: schedulerOn as SchedulerPlace,
+    ringParents: parseRingParents(values['ring-parents']),
+    downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
+    uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
+    hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
+  };
+}
+
+/** The legs named, each once, in the run's order (LEGS); `--warm` adds swarm-warm. */
+export function parseLegs(text: string, warm: boolean): Leg[] {
+  const named = text
+    .split(',')
+    .map((leg) => leg.trim())
+    .filter((leg) => leg !== '');
+  for (const leg of named) {
+    if (!(LEGS as readonly string[]).includes(leg)) throw new UsageError(`--legs: unknown leg ${leg}`);
+  }
+  if (warm) named.push('swarm-warm');
+  if (named.length === 0) throw new UsageError('--legs: no leg named');
+  return LEGS.filter((leg) => named.includes(leg));
+}
+
+/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
+export function schedulingFlags(options: Options): string[] {
+  return [
+    ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
+    ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
+    ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),
+  ];
+}
+
+function number(text: string, what: string, min: number, max: number): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value) || value < min || value > max) {
+    throw new UsageError(`${what} must be a number ${min}-${max}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+/** Piece size in MiB: 1/16 (64 KiB, the manifest's smallest) to 1024, a whole number of bytes. */
+function pieceMb(text: string): number {
+  const value = number(text, '--piece-mb', 1 / 16, 1024);
+  if (!Number.isInteger(value * MiB))
+    throw new UsageError(`--piece-mb must be a whole number of bytes, got ${text}`);
+  return value;
+}
+
+function integer(text: string, what: string, min: number, max: number): number {
+  const value = number(text, what, min, max);
+  if (!Number.isInteger(value)) throw new UsageError(`${what} must be an integer, got ${text}`);
+  return value;
+}

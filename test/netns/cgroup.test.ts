@@ -1,0 +1,126 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import {
+  cgroup2Mount,
+  cgroupProblem,
+  CgroupTree,
+  cpuDifference,
+  parseCpuStat,
+} from '../../bench/netns/cgroup.js';
+import { firstMatch, waitForExit } from '../../bench/netns/children.js';
+import {
+  chainFluidSeconds,
+  comparisonLines,
+  rttSummary,
+  summarizeLeg,
+  type LegSummary,
+} from '../../bench/netns/report.js';
+
+test('the cgroup2 mount is found in hybrid and unified layouts', () => {
+  const hybrid = [
+    'tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0',
+    'cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0',
+    'cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0',
+  ].join('\n');
+  assert.equal(cgroup2Mount(hybrid), '/sys/fs/cgroup/unified');
+  assert.equal(cgroup2Mount('cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n'), '/sys/fs/cgroup');
+  assert.equal(cgroup2Mount('cgroup2 /mnt/my\\040cg cgroup2 rw 0 0'), '/mnt/my cg');
+  assert.equal(cgroup2Mount('cgroup /sys/fs/cgroup/cpu cgroup rw 0 0'), undefined);
+});
+
+test("cpu.stat's user and system time in seconds", () => {
+  const text = 'usage_usec 353755\nuser_usec 301066\nsystem_usec 52689\nnice_usec 0\n';
+  assert.deepEqual(parseCpuStat(text), { userSeconds: 0.301066, systemSeconds: 0.052689 });
+  assert.equal(parseCpuStat('usage_usec 1\n'), undefined);
+  assert.deepEqual(
+    cpuDifference({ userSeconds: 3, systemSeconds: 2 }, { userSeconds: 1, systemSeconds: 0.5 }),
+    { userSeconds: 2, systemSeconds: 1.5 },
+  );
+});
+
+test('CPU per GiB delivered, the chain bound and the comparison with the baselines', () => {
+  const setting = { hosts: 8, totalBytes: 2 ** 28, hostMbps: 200, originMbps: 200 };
+  const summary = summarizeLeg(
+    {
+      leg: 'swarm',
+      hostSeconds: Array.from({ length: 8 }, () => 20),
+      hostsVerified: 8,
+      originBytes: 2 ** 28,
+      cpu: { userSeconds: 18, systemSeconds: 12 },
+      cpuSource: 'cgroup',
+      wallSeconds: 20,
+    },
+    setting,
+  );
+  assert.equal(summary.userCpuPerGiB, 9);
+  assert.equal(summary.kernelCpuPerGiB, 6);
+  assert.equal(summary.cpuCores, 1.5);
+  assert.equal(summary.cpuSource, 'cgroup');
+  assert.equal(chainFluidSeconds(setting, 1), 2 ** 28 / 25e6);
+
+  const leg = (name: string, tLastSeconds: number, cpuPerGiB: number, efficiency: number): LegSummary => ({
+    ...summary,
+    leg: name,
+    tLastSeconds,
+    efficiency,
+    userCpuPerGiB: cpuPerGiB / 2,
+    kernelCpuPerGiB: cpuPerGiB / 2,
+  });
+  const lines = comparisonLines(
+    [leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6), leg('chain', 9.5, 1, 0.95)],
+    9,
+  );
+  assert.deepEqual(lines, [
+    "swarm vs bittorrent: T_bt / T_swarm = 1.50 (goal >= 1.4): met; CPU-s/GiB (user + kernel) 1.50 x the BitTorrent leg's (goal <= 1)",
+    'swarm vs chain: T_chain / T_swarm = 0.95 (the chain is the ceiling: efficiency 0.900 against its 0.950)',
+    'swarm T_last vs sim: +11.1 %',
+  ]);
+  assert.deepEqual(comparisonLines([leg('naive', 80, 1, 0.1)], undefined), []);
+});
+
+test('a leg cgroup counts the CPU of a process moved into it and is removed with what is left in it', async (t) => {
+  const problem = cgroupProblem();
+  if (problem !== undefined) {
+    t.skip(`needs root and cgroup2: ${problem}`);
+    return;
+  }
+  const tree = await CgroupTree.create(`wctest${process.pid}`);
+  let sleeper;
+  try {
+    const leaf = await tree.leaf('leg');
+    assert.ok(existsSync(leaf.procsFile));
+    const [role, sameRole] = await Promise.all([leaf.child('role'), leaf.child('role')]);
+    assert.equal(role, sameRole, 'one nested cgroup for callers at once');
+    const before = await leaf.cpu();
+    // Once moved in (a line on stdin), hashes 128 MiB (a fixed amount of CPU, however busy the
+    // machine is), says so, then idles until killed.
+    const script =
+      "process.stdin.once('data', () => { const h = require('node:crypto').createHash('sha256');" +
+      ' const b = Buffer.alloc(65536); for (let i = 0; i < 2048; i++) h.update(b);' +
+      " console.log('done ' + h.digest('hex').length); setInterval(() => {}, 1000); })";
+    const burner = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'ignore'] });
+    sleeper = burner;
+    await leaf.adoptChildren([burner]);
+    assert.deepEqual(await leaf.pids(), [burner.pid]);
+    const done = firstMatch(burner, /^done/, 60_000, 'burner');
+    burner.stdin.write('go\n');
+    await done;
+    const used = cpuDifference(await leaf.cpu(), before);
+    assert.ok(used.userSeconds > 0.02, `user ${used.userSeconds} s`);
+    await tree.removeLeaf('leg');
+    assert.ok(!existsSync(leaf.path), 'leaf removed');
+    assert.notEqual(await waitForExit(burner, 5000), undefined, 'what was left in it was stopped');
+  } finally {
+    if (sleeper?.exitCode === null && sleeper.signalCode === null) sleeper.kill('SIGKILL');
+    await tree.close();
+  }
+  assert.ok(!existsSync(tree.root), 'run cgroup removed');
+});
+
+test('RTT samples summarize to nearest-rank p50 and p90', () => {
+  assert.equal(rttSummary([]), undefined);
+  assert.deepEqual(rttSummary([5, 1, 4, 2, 3, 10, 9, 8, 7, 6]), { p50: 5, p90: 9, samples: 10 });
+  assert.deepEqual(rttSummary([2]), { p50: 2, p90: 2, samples: 1 });
+});

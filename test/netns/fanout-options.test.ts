@@ -1,0 +1,51 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LEGS_DEFAULT, parseLegs, parseOptions, UsageError } from '../../bench/netns/options.js';
+import { MTU_DEFAULT } from '../../bench/netns/plan.js';
+
+const parse = (...argv: string[]) => {
+  const options = parseOptions(argv, 'default-work-dir');
+  assert.notEqual(options, 'help');
+  if (options === 'help') throw new Error('unreachable');
+  return options;
+};
+
+test("by default the fan-out measures the user's flow: MTU 1500, scheduler beside the origin, the baselines", () => {
+  const options = parse();
+  assert.equal(options.mtu, MTU_DEFAULT);
+  assert.equal(options.mtu, 1500);
+  assert.equal(options.schedulerOn, 'origin');
+  assert.deepEqual(options.legs, ['naive', 'swarm', 'bittorrent', 'chain']);
+  assert.deepEqual(LEGS_DEFAULT, options.legs);
+  assert.equal(options.hosts, 8);
+  assert.equal(options.mbps, 200);
+  assert.equal(options.originMbps, 200);
+  assert.equal(options.work, 'default-work-dir');
+});
+
+test('--mtu 9000, --scheduler-on control and --warm are options', () => {
+  const options = parse('--mtu', '9000', '--scheduler-on', 'control', '--warm', '--mbps', '100');
+  assert.equal(options.mtu, 9000);
+  assert.equal(options.schedulerOn, 'control');
+  assert.deepEqual(options.legs, ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain']);
+  assert.equal(options.originMbps, 100);
+});
+
+test('legs run in a fixed order, each once, whatever order they are named in', () => {
+  assert.deepEqual(parseLegs('chain, swarm,chain', false), ['swarm', 'chain']);
+  assert.deepEqual(parseLegs('swarm-warm', true), ['swarm-warm']);
+  assert.deepEqual(parseLegs('bittorrent', true), ['swarm-warm', 'bittorrent']);
+  assert.throws(() => parseLegs('swarm,torrent', false), UsageError);
+  assert.throws(() => parseLegs(' , ', false), UsageError);
+});
+
+test('bad flags are usage errors', () => {
+  assert.throws(() => parse('--scheduler-on', 'h1'), UsageError);
+  assert.throws(() => parse('--mtu', '1000'), UsageError);
+  assert.throws(() => parse('--hosts', '2.5'), UsageError);
+  assert.throws(() => parse('--piece-mb', '0.0000001'), UsageError);
+  assert.throws(() => parse('--unknown'), TypeError);
+  assert.throws(() => parse('--legs', 'swarm', '--skip-copy-out'), /--legs swarm-warm --skip-copy-out/);
+  assert.deepEqual(parse('--legs', 'swarm-warm', '--skip-copy-out').legs, ['swarm-warm']);
+  assert.equal(parseOptions(['--help'], '/tmp'), 'help');
+});
