@@ -354,6 +354,12 @@ export const ERROR_CATALOGUE = {
   },
   IO: { status: 500, exit: 1, remote: true, summary: 'a local file could not be read or written' },
   // what a service answers for a route it does not have, or for a bug of ours
+  FORBIDDEN: {
+    status: 403,
+    exit: 1,
+    remote: true,
+    summary: 'a service refused the request (the local API answers only this machine, and no web page)',
+  },
   NOT_FOUND: {
     status: 404,
     exit: 1,

@@ -60,6 +60,8 @@ export interface AgentOptions {
   uploadsMax?: number;
   /** Concurrent piece downloads per model. Default 8. */
   downloadsMax?: number;
+  /** How long a request's head and body may take to arrive; default 30 s. */
+  requestTimeoutMs?: number;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
   corruptUploads?: boolean;
   /**
@@ -136,6 +138,8 @@ const LOCAL_READS_MAX = 32;
 /** Longest a local status request may wait for the model to complete. */
 const LOCAL_STATUS_WAIT_MS_MAX = 60_000;
 const UPLOAD_CHUNK_BYTES = 256 * 1024;
+/** How long a request (head and body) may take to arrive. */
+const REQUEST_TIMEOUT_MS = 30_000;
 
 const joinSchema = z.object({
   source: z.string().min(1).max(4096),
@@ -446,14 +450,22 @@ export class Agent {
   }
 
   private httpServer(): Server {
-    const server = createServer((req, res) => {
+    const requestTimeout = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+    // A request must arrive whole within the timeout (a slow body holds a connection and its
+    // buffer); Node checks every connectionsCheckingInterval, so that follows the timeout down.
+    const options = {
+      requestTimeout,
+      connectionsCheckingInterval: Math.min(30_000, Math.max(50, requestTimeout / 2)),
+    };
+    const server = createServer(options, (req, res) => {
       this.handle(req, res).catch((error: unknown) => {
         if (res.headersSent) res.destroy();
         else sendError(res, error);
       });
     });
     server.keepAliveTimeout = 30_000;
-    server.headersTimeout = 30_000;
+    // Above requestTimeout, Node would stop timing requests out at all (seen on Node 20).
+    server.headersTimeout = Math.min(30_000, requestTimeout);
     return server;
   }
 
@@ -482,7 +494,7 @@ export class Agent {
     if (parts[1] === 'models' && parts[2] !== undefined) {
       const hex = parseMessage(modelHex, parts[2], 'model name');
       if ((req.method === 'GET' || req.method === 'HEAD') && parts[3] === 'files' && parts.length > 4) {
-        return this.serveFile(hex, decodeURIComponent(parts.slice(4).join('/')), req, res, 'peer');
+        return this.serveFile(hex, decodePath(parts.slice(4).join('/')), req, res, 'peer');
       }
       if (req.method === 'GET' && parts[3] === 'have' && parts.length === 4) {
         const entry = this.model(hex);
@@ -497,6 +509,8 @@ export class Agent {
       if (!isSameHost(req.socket)) {
         return sendJson(res, 403, { code: 'FORBIDDEN', message: 'the local API answers only this machine' });
       }
+      const forged = crossSiteReason(req);
+      if (forged !== undefined) return sendJson(res, 403, { code: 'FORBIDDEN', message: forged });
       return this.handleLocal(req, res, parts.slice(2), url.searchParams);
     }
     return notFound(req, res);
@@ -547,7 +561,7 @@ export class Agent {
       return sendJson(res, 200, this.status(hex));
     }
     if ((req.method === 'GET' || req.method === 'HEAD') && parts[2] === 'files' && parts.length > 3) {
-      return this.serveFile(hex, decodeURIComponent(parts.slice(3).join('/')), req, res, 'local');
+      return this.serveFile(hex, decodePath(parts.slice(3).join('/')), req, res, 'local');
     }
     return notFound(req, res);
   }
@@ -688,6 +702,54 @@ function parseWaitMs(value: string | null): number {
 
 function notFound(req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${req.url ?? ''}` });
+}
+
+/**
+ * Why a request to the local API may come from a web page rather than a process of this machine,
+ * or undefined. A page can make a browser send requests to 127.0.0.1, but it cannot choose their
+ * Host (a DNS name it controls, rebound to 127.0.0.1, shows as that name), hide its Origin, or send
+ * a JSON body without a preflight this API never answers.
+ */
+function crossSiteReason(req: IncomingMessage): string | undefined {
+  const host = req.headers.host ?? '';
+  if (!isLocalHostHeader(host, req.socket.localAddress ?? '')) {
+    return `the local API answers only requests addressed to this machine (Host: ${host.slice(0, 100)})`;
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    let originHost = '';
+    try {
+      originHost = new URL(origin).host;
+    } catch {
+      originHost = '';
+    }
+    if (!isLocalHostHeader(originHost, req.socket.localAddress ?? '')) {
+      return `the local API refuses requests from web pages (Origin: ${origin.slice(0, 100)})`;
+    }
+  }
+  if (req.method === 'POST' && !/^application\/json\b/i.test(req.headers['content-type'] ?? '')) {
+    return 'the local API takes JSON bodies only (Content-Type: application/json)';
+  }
+  return undefined;
+}
+
+/** A Host (or Origin host) that names this machine: loopback, localhost, or our own address. */
+function isLocalHostHeader(host: string, localAddress: string): boolean {
+  const name = host
+    .replace(/:\d+$/, '')
+    .replace(/^\[(.*)\]$/, '$1')
+    .toLowerCase();
+  if (name === 'localhost' || isLoopbackAddress(name)) return true;
+  return name !== '' && name === localAddress.replace(/^::ffff:/, '');
+}
+
+/** A URL path's percent-encoding decoded; malformed encoding is the client's error, not ours. */
+function decodePath(path: string): string {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    throw new WeightcastError('USAGE', `malformed percent-encoding in ${path.slice(0, 200)}`);
+  }
 }
 
 function isLoopbackAddress(address: string): boolean {

@@ -302,7 +302,9 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     }
   });
   server.keepAliveTimeout = 60_000;
-  server.requestTimeout = 0;
+  // A request (a register carries the manifest) must arrive whole within a minute: a body that
+  // trickles in held its connection and buffer for ever (sync channels are upgrades, not timed).
+  server.requestTimeout = 60_000;
   server.headersTimeout = 30_000;
   const ticker = setInterval(() => {
     const t = now();
