@@ -373,6 +373,9 @@ function agentArgv(
     String(port),
     '--host',
     host.address,
+    // The pulls' destinations are under the work directory: the agents write the model there.
+    '--destination-root',
+    context.work,
     ...caps,
   ];
 }

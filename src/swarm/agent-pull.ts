@@ -136,9 +136,10 @@ export async function agentPull(
       options.signal,
     );
   } catch (error) {
-    // An agent that may not write into the destination (another user's, or read-only to it) can
-    // still fetch the model into its cache; the copy out happens here, as this process's user.
-    if (!isWeightcastError(error) || error.code !== 'IO') throw error;
+    // An agent that may not write into the destination (outside its --destination-root, another
+    // user's, read-only to it) still fetches the model into its cache; this process, as its own
+    // user, places the files from there.
+    if (!isWeightcastError(error) || (error.code !== 'IO' && error.code !== 'FORBIDDEN')) throw error;
     options.onDestinationRefused?.(error.message);
     joined = await join(false);
   }

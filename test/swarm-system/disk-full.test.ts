@@ -76,7 +76,11 @@ describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
   });
 
   it('stops the model in the agent, tells the pull, and joins afresh when asked again', async () => {
-    const agent = await Agent.start({ schedulerUrl: scheduler.url, cacheDir: join(work.path, 'cache') });
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'cache'),
+      destinationRoots: [work.path],
+    });
     try {
       const dest = join(small, 'through-agent');
       const requestsBefore = origin.stats.requests;

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, readdir, readFile, stat, symlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -63,6 +63,7 @@ async function withAgent(
   const agent = await Agent.start({
     schedulerUrl: scheduler.url,
     cacheDir: join(work.path, name),
+    destinationRoots: [work.path],
     ...(downloadBytesPerSecond === undefined ? {} : { downloadBytesPerSecond }),
   });
   try {
@@ -193,13 +194,47 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
       {},
     );
     await sleep(700);
-    const agent = await Agent.start({ schedulerUrl: scheduler.url, cacheDir: join(work.path, 'late'), port });
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'late'),
+      port,
+      destinationRoots: [work.path],
+    });
     try {
       const { last } = await pulling;
       assert.equal(last['placed'], 'direct');
       assert.ok(await sameFiles(modelDir, dest, paths));
     } finally {
       await agent.close();
+    }
+  });
+
+  it('writes only under its destination roots; elsewhere the pull places the files from the cache', async () => {
+    const outside = await tempDir('user-flow-outside');
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'rooted'),
+      destinationRoots: [join(work.path, 'models')],
+    });
+    try {
+      // Outside the roots (here through a symbolic link from inside them): refused, typed.
+      await mkdir(join(work.path, 'models'), { recursive: true });
+      await symlink(outside.path, join(work.path, 'models', 'escape'));
+      await assert.rejects(
+        agent.join({ source: origin.url, manifest, to: join(work.path, 'models', 'escape', 'm') }),
+        { code: 'FORBIDDEN' },
+      );
+      const dest = join(outside.path, 'placed');
+      const { last, stderr } = await pullCli([origin.url, '--to', dest, '--manifest', manifestPath], {
+        WEIGHTCAST_AGENT: agent.url,
+      });
+      assert.ok(last['placed'] === 'copy' || last['placed'] === 'reflink', String(last['placed']));
+      assert.match(stderr, /cannot write into/);
+      assert.ok(await sameFiles(modelDir, dest, paths));
+      assert.equal(agent.status(hex).filesAt, 'cache');
+    } finally {
+      await agent.close();
+      await outside.cleanup();
     }
   });
 

@@ -20,6 +20,7 @@ export interface AgentFlags {
   uploadMbps?: string;
   downloadMbps?: string;
   uploads: string;
+  destinationRoot: string[];
   injectCorruptUploads?: boolean;
   role: string;
   injectSeedCorruptStores?: boolean;
@@ -45,6 +46,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       host: flags.host,
       port,
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
+      destinationRoots: flags.destinationRoot,
       ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
       ...(flags.name === undefined ? {} : { name: flags.name }),
       ...(flags.zone === undefined ? {} : { zone: flags.zone }),

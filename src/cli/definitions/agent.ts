@@ -20,6 +20,12 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
     .option('--upload-mbps <mbit/s>', 'cap on what this agent sends to peers')
     .option('--download-mbps <mbit/s>', 'cap on what this agent receives')
     .option('--uploads <n>', 'piece uploads at once; more requests are told to come back', '8')
+    .option(
+      '--destination-root <dir>',
+      "a pull's destination under DIR is written by the agent directly (no copy); repeatable. Any process that reaches the local API can then have this agent write a model there, so name only model directories",
+      (dir: string, dirs: string[]) => [...dirs, dir],
+      [] as string[],
+    )
     // Fault injection for tests and demos: this agent serves wrong bytes on purpose.
     .addOption(new Option('--inject-corrupt-uploads').hideHelp())
     .addOption(

@@ -20,11 +20,11 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, realpath, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
-import { isAbsolute, join } from 'node:path';
+import { basename, dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { z } from 'zod';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
@@ -60,6 +60,13 @@ export interface AgentOptions {
   uploadsMax?: number;
   /** Concurrent piece downloads per model. Default 8. */
   downloadsMax?: number;
+  /**
+   * Directories under which a join may name its destination (`to`): the agent writes a model
+   * there with its own user's rights, for any process that can reach its local API, so only where
+   * the operator says. Without any, a join's destination is refused (FORBIDDEN) and the pull
+   * places the files itself from the agent's cache.
+   */
+  destinationRoots?: readonly string[];
   /** How long a request's head and body may take to arrive; default 30 s. */
   requestTimeoutMs?: number;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
@@ -295,7 +302,10 @@ export class Agent {
     const manifestBytes = encodeManifest(options.manifest);
     const map = new PieceMap(options.manifest);
     const modelDir = join(this.options.cacheDir, hex);
-    const to = options.store === undefined ? options.to : undefined;
+    const to =
+      options.store === undefined && options.to !== undefined
+        ? await this.allowedDestination(options.to)
+        : undefined;
     const storeOptions =
       options.store ??
       (to === undefined
@@ -375,6 +385,37 @@ export class Agent {
     if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
     return entry;
+  }
+
+  /**
+   * `to` if it lies under one of the destination roots (compared after resolving symbolic links in
+   * the part of it that exists), else FORBIDDEN: the local API must not let any local process make
+   * this agent write wherever the agent's user may.
+   */
+  private async allowedDestination(to: string): Promise<string> {
+    const roots = await Promise.all(
+      (this.options.destinationRoots ?? []).map((root) => realpath(root).catch(() => undefined)),
+    );
+    let existing = resolve(to);
+    let rest = '';
+    for (let depth = 0; depth < 64; depth++) {
+      const real = await realpath(existing).catch(() => undefined);
+      if (real !== undefined) {
+        const target = join(real, rest);
+        if (roots.some((root) => root !== undefined && (target === root || target.startsWith(root + sep))))
+          return to;
+        break;
+      }
+      rest = join(basename(existing), rest);
+      existing = dirname(existing);
+    }
+    throw new WeightcastError(
+      'FORBIDDEN',
+      roots.length === 0
+        ? 'this agent writes into no destination (start it with --destination-root DIR to allow one)'
+        : `${to} is not under this agent's --destination-root`,
+      { file: to },
+    );
   }
 
   private async resumeAll(): Promise<void> {
