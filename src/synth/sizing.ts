@@ -98,6 +98,8 @@ function bestWithShape(request: SizeRequest, hidden: number, experts: number | u
   score += 0.02 * Math.abs(Math.log2(vocab / defaultVocab(arch, hidden)));
   if (experts !== undefined) score += 0.03 * Math.abs(Math.log2(experts / defaultExperts(arch, hidden)));
   if (sizeError > SIZE_ERROR_SOFT_MAX) score += 1;
+  // Real models' head counts split over tp 2, 4 and 8; prefer a width whose heads do too.
+  if (dims.heads % 8 !== 0) score += 0.2;
   return { dims, score };
 }
 
