@@ -63,6 +63,7 @@ import {
   startService,
   stopAll,
   verifyCopies,
+  verifyAndMeasure,
   type HostRun,
   type LegContext,
   type Model,
@@ -274,21 +275,6 @@ async function naiveLeg(context: LegContext): Promise<LegMeasurement> {
     await meter.close();
   }
   return verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg));
-}
-
-async function verifyAndMeasure(
-  context: LegContext,
-  meter: LegMeter,
-  leg: string,
-  runs: readonly HostRun[],
-  dirs: readonly string[],
-  cleanUp: string,
-): Promise<LegMeasurement> {
-  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
-  log(`${leg}: verifying ${dirs.length} copies`);
-  const verified = runs.some((run) => run.seconds !== undefined) ? await verifyCopies(context, dirs) : 0;
-  if (!context.options.keep) await rm(cleanUp, { recursive: true, force: true });
-  return meter.measurement(leg, runs, verified);
 }
 
 /** Why the swarm legs cannot run with this build, or undefined when their commands exist. */

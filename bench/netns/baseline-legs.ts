@@ -15,7 +15,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   aria2cArgv,
@@ -49,7 +49,7 @@ import {
   START_TIMEOUT_MS,
   startService,
   stopAll,
-  verifyCopies,
+  verifyAndMeasure,
   waitListening,
   waitUntil,
   type HostRun,
@@ -164,7 +164,7 @@ export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement
     await stopAll(services);
     await meter.close();
   }
-  return finishLeg(
+  return verifyAndMeasure(
     context,
     meter,
     leg,
@@ -267,21 +267,5 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
     await stopAll(children);
     await meter.close();
   }
-  return finishLeg(context, meter, leg, runs, dirs, dir);
-}
-
-/** Verifies every host's copy (outside the timing), removes the leg's files unless --keep. */
-async function finishLeg(
-  context: LegContext,
-  meter: LegMeter,
-  leg: string,
-  runs: readonly HostRun[],
-  copies: readonly string[],
-  dir: string,
-): Promise<LegMeasurement> {
-  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
-  log(`${leg}: verifying ${copies.length} copies`);
-  const verified = runs.some((run) => run.seconds !== undefined) ? await verifyCopies(context, copies) : 0;
-  if (!context.options.keep) await rm(dir, { recursive: true, force: true });
-  return meter.measurement(leg, runs, verified);
+  return verifyAndMeasure(context, meter, leg, runs, dirs, dir);
 }

@@ -13,6 +13,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { accessSync, constants, readFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cpuDifference, type Cgroup, type CgroupTree, type CpuTimes } from './cgroup.js';
@@ -366,6 +367,22 @@ function machineBusySeconds(): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** Verifies every host's copy (outside the timing), removes `cleanUp` unless --keep, and measures the leg. */
+export async function verifyAndMeasure(
+  context: LegContext,
+  meter: LegMeter,
+  leg: string,
+  runs: readonly HostRun[],
+  dirs: readonly string[],
+  cleanUp: string,
+): Promise<LegMeasurement> {
+  for (const run of runs) if (run.problem !== undefined) log(`  ${run.problem}`);
+  log(`${leg}: verifying ${dirs.length} copies`);
+  const verified = runs.some((run) => run.seconds !== undefined) ? await verifyCopies(context, dirs) : 0;
+  if (!context.options.keep) await rm(cleanUp, { recursive: true, force: true });
+  return meter.measurement(leg, runs, verified);
 }
 
 /** `weightcast verify` on every host's copy, `VERIFY_PARALLEL` at a time; the number that match. */
