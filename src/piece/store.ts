@@ -291,7 +291,7 @@ export class PieceStore {
     if (this.closed) return;
     this.closed = true;
     await this.journal.close().catch(() => undefined);
-    await Promise.allSettled(this.files.map((file) => file.flushing));
+    await Promise.allSettled(this.files.map((file) => file.flushing ?? Promise.resolve()));
     await Promise.all(this.files.map((file) => file.handle.close().catch(() => undefined)));
   }
 
