@@ -13,6 +13,7 @@
 import { randomInt } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
@@ -54,6 +55,8 @@ export interface MemberOptions {
   store: MemberStore;
   origin: Origin;
   schedulerUrl: string;
+  /** The cluster credential (and TLS) sent to the scheduler and to peers. */
+  access?: ServiceAccess;
   identity: MemberIdentity;
   downloadThrottle: Throttle;
   /** Pieces fetched at once (assignments beyond it wait). Default 8. */
@@ -108,6 +111,8 @@ export interface MemberStats {
 }
 
 const REGISTER_RETRY_MS = 500;
+/** Answers from the scheduler that trying again cannot change: the model stops with them. */
+const REFUSALS = new Set(['UNAUTHORIZED', 'FORBIDDEN', 'TLS_UNTRUSTED']);
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
 const HEARTBEAT_MS = 2000;
 /**
@@ -275,6 +280,7 @@ export class SwarmMember {
       await callJson(`${this.swarmUrl()}/hosts/${host}`, 'the scheduler', {
         method: 'DELETE',
         timeoutMs: 2000,
+        access: this.options.access,
       }).catch(() => undefined);
     }
   }
@@ -298,6 +304,8 @@ export class SwarmMember {
         await this.runChannel(this.host);
       } catch (error) {
         if (signal.aborted) return;
+        // A scheduler that refuses our credential or certificate will refuse it again: stop, saying why.
+        if (isWeightcastError(error) && REFUSALS.has(error.code)) return this.fail(error);
         this.loseScheduler(error);
         await sleep(backoff, undefined, { signal }).catch(() => undefined);
         backoff = Math.min(REGISTER_RETRY_MAX_MS, backoff * 2);
@@ -312,7 +320,11 @@ export class SwarmMember {
    */
   private async runChannel(host: number): Promise<void> {
     const signal = this.controller.signal;
-    const { socket, head } = await openChannel(`${this.swarmUrl()}/hosts/${host}/channel`, signal);
+    const { socket, head } = await openChannel(
+      `${this.swarmUrl()}/hosts/${host}/channel`,
+      signal,
+      this.options.access,
+    );
     socket.setNoDelay(true);
     const reader = new FrameReader();
     let heartbeat: ReturnType<typeof setInterval> | undefined;
@@ -396,6 +408,7 @@ export class SwarmMember {
         body: withManifest ? { ...message, manifest: this.options.manifestBytes.toString('utf8') } : message,
         timeoutMs: SCHEDULER_TIMEOUT_MS,
         signal: this.controller.signal,
+        access: this.options.access,
       });
     // A small manifest goes with the first try: agents joining a new model together would otherwise
     // each be told the model is unknown and ask again. A large one is sent only when asked for.
@@ -712,6 +725,7 @@ export class SwarmMember {
         fileIndex: this.fileIndex,
         idleTimeoutMs: this.options.peerIdleTimeoutMs ?? 10_000,
         wire: this.options.peerWire ?? true,
+        ...(this.options.access === undefined ? {} : { access: this.options.access }),
       });
       this.peers.set(peerUrl, client);
     }
@@ -741,6 +755,7 @@ export class SwarmMember {
           const raw = await callJson(`${peer}/v1/models/${this.options.model}/have`, 'a peer', {
             timeoutMs: 2000,
             signal,
+            access: this.options.access,
           });
           const have = parseMessage(haveSchema, raw, 'have');
           pieces = new Set(decodeBitfield(have.have, this.options.map.pieceCount));

@@ -6,6 +6,7 @@
  * offset in it.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
 import type { OriginCallOptions } from '../../origin/origin.js';
@@ -24,6 +25,8 @@ export interface PeerReaderOptions {
   idleTimeoutMs: number;
   /** Use the peer wire (else HTTP only). */
   wire: boolean;
+  /** The cluster credential (HELLO, `Authorization`) and TLS for the peer. */
+  access?: ServiceAccess;
 }
 
 export class PeerReader {
@@ -34,7 +37,14 @@ export class PeerReader {
     // The wire upgrades a plain-http agent port; a peer advertised behind https is read over HTTP.
     this.wire =
       options.wire && options.url.startsWith('http:')
-        ? new PeerWireClient({ url: options.url, model: options.model, idleTimeoutMs: options.idleTimeoutMs })
+        ? new PeerWireClient({
+            url: options.url,
+            model: options.model,
+            idleTimeoutMs: options.idleTimeoutMs,
+            ...(options.access?.token === undefined
+              ? {}
+              : { credential: Buffer.from(options.access.token, 'utf8') }),
+          })
         : undefined;
   }
 
@@ -87,6 +97,8 @@ export class PeerReader {
         headersTimeoutMs: idle,
         bodyIdleTimeoutMs: idle,
         connectTimeoutMs: idle,
+        ...(this.options.access?.token === undefined ? {} : { token: this.options.access.token }),
+        tls: this.options.access?.tls,
       },
     );
     return this.http;
