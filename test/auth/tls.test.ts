@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { ServiceAccess } from '../../src/auth/transport.js';
@@ -18,7 +18,9 @@ import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
 import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
+import { PeerWireClient } from '../../src/swarm/agent/peer-wire-client.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
@@ -125,6 +127,41 @@ describe(
           manifest.files.map((file) => file.path),
         ),
       );
+    });
+
+    it('the peer wire runs over TLS, with the HELLO credential', async () => {
+      const map = new PieceMap(manifest);
+      const where = map.locate(1);
+      const file = manifest.files[where.fileIndex];
+      assert.ok(file !== undefined);
+      const expected = (await readFile(join(modelDir, file.path))).subarray(
+        where.offset,
+        where.offset + where.length,
+      );
+      const read = async (tls: { ca: string }, credential: string): Promise<Buffer> => {
+        const client = new PeerWireClient({
+          url: seeder.url,
+          model: hex,
+          idleTimeoutMs: 5000,
+          credential: Buffer.from(credential),
+          tls,
+        });
+        const target = Buffer.alloc(where.length);
+        try {
+          await client.read(1, 0, target);
+          return target;
+        } finally {
+          await client.close();
+        }
+      };
+      assert.ok((await read({ ca: ca.ca }, CLUSTER)).equals(expected));
+      await assert.rejects(read({ ca: ca.ca }, 'not-the-cluster-token'), (error) =>
+        isWeightcastError(error, 'UNAUTHORIZED'),
+      );
+      await assert.rejects(read({ ca: otherCa.ca }, CLUSTER), (error) => {
+        assert.ok(error instanceof Error);
+        return /certificate/i.test(error.message);
+      });
     });
 
     it('a client trusting another CA stops with TLS_UNTRUSTED naming --tls-ca', async () => {

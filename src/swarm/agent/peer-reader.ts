@@ -34,13 +34,14 @@ export class PeerReader {
   private http: HttpOrigin | undefined;
 
   constructor(private readonly options: PeerReaderOptions) {
-    // The wire upgrades a plain-http agent port; a peer advertised behind https is read over HTTP.
+    // The wire upgrades the agent's port, over TLS for a peer advertised behind https.
     this.wire =
-      options.wire && options.url.startsWith('http:')
+      options.wire && (options.url.startsWith('http:') || options.url.startsWith('https:'))
         ? new PeerWireClient({
             url: options.url,
             model: options.model,
             idleTimeoutMs: options.idleTimeoutMs,
+            tls: options.access?.tls,
             ...(options.access?.token === undefined
               ? {}
               : { credential: Buffer.from(options.access.token, 'utf8') }),
