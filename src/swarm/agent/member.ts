@@ -112,7 +112,7 @@ export interface MemberStats {
 
 const REGISTER_RETRY_MS = 500;
 /** Answers from the scheduler that trying again cannot change: the model stops with them. */
-const REFUSALS = new Set(['UNAUTHORIZED', 'FORBIDDEN', 'TLS_UNTRUSTED']);
+const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED']);
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
 const HEARTBEAT_MS = 2000;
 /**
