@@ -1,5 +1,7 @@
 /** `weightcast agent --scheduler URL --cache DIR`: runs a swarm agent until Ctrl-C. */
 
+import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
@@ -8,7 +10,7 @@ import { serviceUrlFlag } from './service-url.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
-export interface AgentFlags {
+export interface AgentFlags extends AccessFlags {
   scheduler: string;
   cache: string;
   port: string;
@@ -38,8 +40,13 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
-    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload) : undefined;
+    const access = await resolveAccess(flags);
+    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload, access.client) : undefined;
     const agent = await Agent.start({
+      credentials: access.credentials,
+      access: access.client,
+      ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),
+      insecure: access.insecure,
       ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
       cacheDir: flags.cache,
@@ -71,10 +78,15 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
 }
 
 /** `--role seed`: the seed tier's node, whose code a plain agent never loads. */
-async function openSeedNode(flags: AgentFlags, upload: number | undefined): Promise<SeedNode> {
+async function openSeedNode(
+  flags: AgentFlags,
+  upload: number | undefined,
+  access: ServiceAccess,
+): Promise<SeedNode> {
   const { SeedNode } = await import('../../seed/node/seed-node.js');
   return SeedNode.open({
     dir: join(flags.cache, 'seed'),
+    access,
     ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
     ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
   });

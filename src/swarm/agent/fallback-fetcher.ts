@@ -16,6 +16,7 @@ import {
   type FallbackPeer,
 } from '../core/fallback.js';
 import { Random } from '../core/random.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { callJson } from '../wire/http-json.js';
 import { decodeBitfield, haveSchema, parseMessage } from '../wire/protocol.js';
@@ -29,6 +30,8 @@ export interface FallbackFetcherOptions {
   fetcher: PieceFetcher;
   /** This host's base URL (its place among the peers decides its stripe of origin reads). */
   selfUrl: string;
+  /** The cluster credential (and TLS) sent to peers. */
+  access?: ServiceAccess | undefined;
   downloadsMax: number;
   /** Aborted when the member closes. */
   signal: AbortSignal;

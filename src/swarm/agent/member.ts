@@ -13,6 +13,7 @@
  * this one finishes. A store that cannot write stops the model here for good (`failure`).
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import type { Origin } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
@@ -35,6 +36,8 @@ export interface MemberOptions {
   store: MemberStore;
   origin: Origin;
   schedulerUrl: string;
+  /** The cluster credential (and TLS) sent to the scheduler and to peers. */
+  access?: ServiceAccess;
   identity: MemberIdentity;
   downloadThrottle: Throttle;
   /** Pieces fetched at once (assignments beyond it wait). Default 8. */
@@ -141,6 +144,7 @@ export class SwarmMember {
       downloadThrottle: options.downloadThrottle,
       peerIdleTimeoutMs: options.peerIdleTimeoutMs ?? 10_000,
       peerWire: options.peerWire ?? true,
+      access: options.access,
       onEvent: (event) => this.onPiece(event),
       onStoreFailure: (error) => this.fail(error),
     });
@@ -150,6 +154,7 @@ export class SwarmMember {
       manifestBytes: options.manifestBytes,
       store: options.store,
       schedulerUrl: options.schedulerUrl,
+      access: options.access,
       identity: options.identity,
       schedulerSilenceMs: options.schedulerSilenceMs ?? SCHEDULER_SILENCE_MS_DEFAULT,
       manifestInlineBytesMax: options.manifestInlineBytesMax ?? MANIFEST_INLINE_BYTES_MAX,
@@ -165,6 +170,7 @@ export class SwarmMember {
         this.queue.length = 0;
         if (announce) options.onEvent?.({ type: 'scheduler-lost', reason });
       },
+      onRefused: (error) => this.fail(error),
     });
     this.fallback = new FallbackFetcher({
       model: options.model,
@@ -172,6 +178,7 @@ export class SwarmMember {
       store: options.store,
       fetcher: this.fetcher,
       selfUrl: options.identity.url,
+      access: options.access,
       downloadsMax: this.downloadsMax,
       signal,
       active: () => this.session.host === undefined && this.session.schedulerDown,

@@ -6,6 +6,7 @@
  * (fallback-fetcher.ts) both go through it; neither knows how bytes move.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import type { Origin, ReadProgress } from '../../origin/origin.js';
 import type { PieceMap } from '../../piece/piece-map.js';
@@ -66,6 +67,8 @@ export interface PieceFetcherOptions {
   downloadThrottle: Throttle;
   peerIdleTimeoutMs: number;
   peerWire: boolean;
+  /** The cluster credential (and TLS) sent to peers. */
+  access?: ServiceAccess | undefined;
   onEvent?: (event: PieceEvent) => void;
   /** The store could not write (a full disk, an I/O error): the model has to stop on this host. */
   onStoreFailure: (error: WeightcastError) => void;
@@ -236,6 +239,7 @@ export class PieceFetcher {
         fileIndex: this.fileIndex,
         idleTimeoutMs: this.options.peerIdleTimeoutMs,
         wire: this.options.peerWire,
+        ...(this.options.access === undefined ? {} : { access: this.options.access }),
       });
       this.peers.set(peerUrl, client);
     }

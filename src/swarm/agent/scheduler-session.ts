@@ -10,6 +10,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Socket } from 'node:net';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { callJson } from '../wire/http-json.js';
@@ -42,6 +43,8 @@ export interface SchedulerSessionOptions {
   manifestBytes: Buffer;
   store: MemberStore;
   schedulerUrl: string;
+  /** The cluster credential (and TLS) sent to the scheduler. */
+  access?: ServiceAccess | undefined;
   identity: MemberIdentity;
   schedulerSilenceMs: number;
   manifestInlineBytesMax: number;
@@ -54,9 +57,13 @@ export interface SchedulerSessionOptions {
   onRegistered(host: number): void;
   /** The scheduler was lost (`announce`: say so; a first failed registration is not news). */
   onLost(reason: string, announce: boolean): void;
+  /** The scheduler refused this host's credential or certificate: asking again cannot help. */
+  onRefused(error: WeightcastError): void;
 }
 
 const REGISTER_RETRY_MS = 500;
+/** Answers from the scheduler that trying again cannot change: the model stops with them. */
+const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED']);
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
@@ -98,6 +105,11 @@ export class SchedulerSession {
         await this.runChannel(this.host);
       } catch (error) {
         if (signal.aborted) return;
+        // A scheduler that refuses our credential or certificate will refuse it again: stop, saying why.
+        if (isWeightcastError(error) && REFUSALS.has(error.code)) {
+          this.options.onRefused(error);
+          return;
+        }
         this.lose(error);
         await sleep(backoff, undefined, { signal }).catch(() => undefined);
         backoff = Math.min(REGISTER_RETRY_MAX_MS, backoff * 2);
@@ -113,6 +125,7 @@ export class SchedulerSession {
     await callJson(`${this.swarmUrl()}/hosts/${host}`, 'the scheduler', {
       method: 'DELETE',
       timeoutMs: 2000,
+      access: this.options.access,
     }).catch(() => undefined);
   }
 
@@ -161,7 +174,11 @@ export class SchedulerSession {
    */
   private async runChannel(host: number): Promise<void> {
     const signal = this.options.signal;
-    const { socket, head } = await openChannel(`${this.swarmUrl()}/hosts/${host}/channel`, signal);
+    const { socket, head } = await openChannel(
+      `${this.swarmUrl()}/hosts/${host}/channel`,
+      signal,
+      this.options.access,
+    );
     socket.setNoDelay(true);
     const reader = new FrameReader();
     let heartbeat: ReturnType<typeof setInterval> | undefined;
@@ -247,6 +264,7 @@ export class SchedulerSession {
         body: withManifest ? { ...message, manifest: this.options.manifestBytes.toString('utf8') } : message,
         timeoutMs: SCHEDULER_TIMEOUT_MS,
         signal: this.options.signal,
+        access: this.options.access,
       });
     // A small manifest goes with the first try: agents joining a new model together would otherwise
     // each be told the model is unknown and ask again. A large one is sent only when asked for.
