@@ -37,11 +37,10 @@ export {
   INDEX_FILE_NAME,
   indexShardFiles,
   parseIndexJson,
-  readIndexJson,
   serializeIndexJson,
-  writeIndexJson,
   type SafetensorsIndex,
 } from './format/index-json.js';
+export { readIndexJson, writeIndexJson } from './format/index-json-file.js';
 export { summarizeModel, type InspectSummary } from './format/inspect.js';
 
 // manifests, origins and the pull

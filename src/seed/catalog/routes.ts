@@ -17,6 +17,7 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { WeightcastError } from '../../errors.js';
+import type { HttpRoutes } from '../../swarm/wire/http-json.js';
 import {
   commitSchema,
   createModelSchema,
@@ -32,7 +33,7 @@ import {
 import { checkedManifest, type CatalogStore } from './store.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */
-export type CatalogRoutes = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+export type CatalogRoutes = HttpRoutes;
 
 export function catalogRoutes(store: CatalogStore): CatalogRoutes {
   return async (req, res) => {
