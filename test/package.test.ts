@@ -2,7 +2,8 @@
  * The public API as a user gets it: `npm pack` the repository, unpack the tarball into a scratch
  * project's node_modules (its dependencies linked from this repository's node_modules, so nothing is
  * fetched), then import every `exports` subpath by the package's name, call one function of each,
- * type-check a TypeScript file that imports them through the `types` conditions, and run the bin.
+ * type-check a TypeScript file that imports them through the `types` conditions and the README's
+ * TypeScript examples, and run the bin.
  */
 
 import { test } from 'node:test';
@@ -114,9 +115,8 @@ async function scratchProject(dir: string, tarball: string, pkg: PackageJson): P
   return project;
 }
 
-function typeErrors(project: string): string[] {
-  const file = join(project, 'check.ts');
-  const program = ts.createProgram([file], {
+function typeErrors(files: readonly string[]): string[] {
+  const program = ts.createProgram(files, {
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
@@ -171,8 +171,17 @@ test('the package a user installs: only what it needs, every subpath importable 
     assert.match(String(out['schedulerUrl']), /^http:\/\/127\.0\.0\.1:\d+$/);
     assert.deepEqual(out['placement'], [['a'], ['b'], ['c']]);
 
-    await writeFile(join(project, 'check.ts'), TYPES_CHECK);
-    assert.deepEqual(typeErrors(project), []);
+    // The README's TypeScript examples are type-checked against the installed package too.
+    const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+    const examples = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1] ?? '');
+    assert.ok(examples.length >= 5, `found ${examples.length} TypeScript examples in the README`);
+    const checked = [join(project, 'check.ts')];
+    await writeFile(checked[0] as string, TYPES_CHECK);
+    for (const [index, example] of examples.entries()) {
+      checked.push(join(project, `readme-${index + 1}.ts`));
+      await writeFile(checked[index + 1] as string, example);
+    }
+    assert.deepEqual(typeErrors(checked), []);
 
     const bin = join(project, 'node_modules', pkg.name, pkg.bin['weightcast'] ?? '');
     const version = await run(process.execPath, [bin, '--version'], { timeout: 30_000 });
