@@ -92,7 +92,9 @@ async function readPackageJson(): Promise<PackageJson> {
 
 /** `npm pack` into `dir`: the tarball's path and the files it holds. */
 async function pack(dir: string): Promise<{ tarball: string; files: string[] }> {
-  const { stdout } = await run('npm', ['pack', '--json', '--offline', '--pack-destination', dir], {
+  // The suite has just built dist/; prepack would build it again under the running tests' feet.
+  const args = ['pack', '--json', '--offline', '--ignore-scripts', '--pack-destination', dir];
+  const { stdout } = await run('npm', args, {
     cwd: ROOT,
     maxBuffer: 16 * 1024 * 1024,
   });
