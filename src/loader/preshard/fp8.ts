@@ -124,8 +124,8 @@ export function encodeE4m3(value: number): number {
   return encodeE4m3Bits(bitsFromF32(value));
 }
 
-/** Decoding has one implementation (the synthesiser's); the encoder here is written separately. */
-export { decodeE4m3 } from '../../synth/float-bits.js';
+/** Decoding has one implementation (in src/format/float-bits.ts, the synthesiser's too); the encoder here is written separately. */
+export { decodeE4m3 } from '../../format/float-bits.js';
 
 function roundHalfEven(value: number): number {
   const floor = Math.floor(value);
