@@ -83,7 +83,8 @@ export function isE4m3Nan(bits: number): boolean {
   return (bits & 0x7f) === 0x7f;
 }
 
-function roundHalfEven(value: number): number {
+/** Rounds to the nearest integer, ties to even (IEEE 754's default rounding). */
+export function roundHalfEven(value: number): number {
   const floor = Math.floor(value);
   const fraction = value - floor;
   if (fraction > 0.5) return floor + 1;
