@@ -182,6 +182,14 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: "an agent's upload slots or local reads are full (HTTP 503 with `Retry-After`)",
   },
+  SERVER_BUSY: {
+    status: 503,
+    exit: 1,
+    resumable: true,
+    remote: true,
+    summary:
+      "a service's buffer for request bodies or its connections from one address are full (HTTP 503 with `Retry-After`)",
+  },
   SWARM_PIECE_NOT_HELD: {
     status: 404,
     exit: 1,

@@ -5,10 +5,11 @@ import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { serviceUrlFlag } from './service-url.js';
+import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
-export interface AgentFlags {
+export interface AgentFlags extends ServerLimitFlags {
   scheduler: string;
   cache: string;
   port: string;
@@ -47,6 +48,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       port,
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
       destinationRoots: flags.destinationRoot,
+      limits: serverLimitsFromFlags(flags),
       ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
       ...(flags.name === undefined ? {} : { name: flags.name }),
       ...(flags.zone === undefined ? {} : { zone: flags.zone }),

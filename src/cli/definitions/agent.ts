@@ -3,10 +3,11 @@
 import { Option } from 'commander';
 import type { AgentFlags } from '../commands/agent.js';
 import type { RegisterCommand } from './index.js';
+import { withServerLimitOptions } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
-  program
+  const command = program
     .command('agent')
     .description('Run a swarm agent: a verified piece cache that fetches from peers and serves them')
     .requiredOption('--scheduler <url>', 'the scheduler, e.g. http://10.0.0.1:7000')
@@ -37,7 +38,8 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
         .default('swarm'),
     )
     // Fault injection for tests: as a seed node, store every piece with one byte flipped.
-    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp())
+    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp());
+  withServerLimitOptions(command, 30)
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: AgentFlags) => {
       const { agentCommand } = await import('../commands/agent.js');

@@ -21,7 +21,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, realpath, writeFile } from 'node:fs/promises';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve, sep } from 'node:path';
@@ -40,6 +40,7 @@ import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
+import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -69,6 +70,11 @@ export interface AgentOptions {
   destinationRoots?: readonly string[];
   /** How long a request's head and body may take to arrive; default 30 s. */
   requestTimeoutMs?: number;
+  /**
+   * The other limits of its servers (src/util/server-limits.ts): both servers and the seed node's
+   * routes share one body budget.
+   */
+  limits?: Partial<ServerLimits>;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
   corruptUploads?: boolean;
   /**
@@ -171,6 +177,8 @@ export class Agent {
   private server!: Server;
   /** The local API on 127.0.0.1, when the main server listens elsewhere. */
   private loopbackServer: Server | undefined;
+  /** Limits both servers share (one body budget among them). */
+  private limits: ServerLimits | undefined;
   private closing = false;
   url = '';
   name = '';
@@ -491,23 +499,18 @@ export class Agent {
   }
 
   private httpServer(): Server {
-    const requestTimeout = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
-    // A request must arrive whole within the timeout (a slow body holds a connection and its
-    // buffer); Node checks every connectionsCheckingInterval, so that follows the timeout down.
-    const options = {
-      requestTimeout,
-      connectionsCheckingInterval: Math.min(30_000, Math.max(50, requestTimeout / 2)),
-    };
-    const server = createServer(options, (req, res) => {
+    // A request must arrive whole within the timeout (a slow body holds a connection and its buffer).
+    const requestTimeoutMs = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+    this.limits ??= resolveLimits(
+      { requestTimeoutMs, ...this.options.limits },
+      { headersTimeoutMs: 30_000, keepAliveTimeoutMs: 30_000 },
+    );
+    return createLimitedServer(this.limits, (req, res) => {
       this.handle(req, res).catch((error: unknown) => {
         if (res.headersSent) res.destroy();
         else sendError(res, error);
       });
     });
-    server.keepAliveTimeout = 30_000;
-    // Above requestTimeout, Node would stop timing requests out at all (seen on Node 20).
-    server.headersTimeout = Math.min(30_000, requestTimeout);
-    return server;
   }
 
   /**

@@ -6,7 +6,7 @@
  * timeouts and silent hosts are handled. All scheduling lives in the core.
  */
 
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
@@ -16,6 +16,7 @@ import { listenOn, readJsonBody, sendError, sendJson, statusOf } from '../wire/h
 import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
 import type { CatalogRoutes } from '../../seed/catalog/routes.js';
+import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 
 export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   host?: string;
@@ -27,7 +28,19 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   onEvent?: (event: SchedulerEvent) => void;
   /** The seed tier's catalog routes (`--catalog DIR`), answered under `/v1/catalog`. */
   catalog?: CatalogRoutes;
+  /** Timeouts, connections per address and the body budget (src/util/server-limits.ts). */
+  limits?: Partial<ServerLimits>;
 }
+
+/**
+ * A request (a register carries the manifest) must arrive whole within a minute: a body that
+ * trickles in holds its connection and buffer (sync channels are upgrades, not timed by these).
+ */
+const SCHEDULER_LIMIT_DEFAULTS = {
+  requestTimeoutMs: 60_000,
+  headersTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 60_000,
+};
 
 export type SchedulerEvent =
   | { type: 'swarm-created'; model: string; pieces: number; bytes: number }
@@ -284,9 +297,12 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     if (head.length > 0) onData(head);
   };
 
-  const server: Server = createServer((req, res) => {
-    handle(req, res).catch((error: unknown) => sendError(res, error));
-  });
+  const server: Server = createLimitedServer(
+    resolveLimits(options.limits, SCHEDULER_LIMIT_DEFAULTS),
+    (req, res) => {
+      handle(req, res).catch((error: unknown) => sendError(res, error));
+    },
+  );
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     try {
       openChannel(req, socket, head);
@@ -301,11 +317,6 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       );
     }
   });
-  server.keepAliveTimeout = 60_000;
-  // A request (a register carries the manifest) must arrive whole within a minute: a body that
-  // trickles in held its connection and buffer for ever (sync channels are upgrades, not timed).
-  server.requestTimeout = 60_000;
-  server.headersTimeout = 30_000;
   const ticker = setInterval(() => {
     const t = now();
     for (const swarm of swarms.values()) swarm.tick(t);

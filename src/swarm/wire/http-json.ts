@@ -15,17 +15,24 @@ import {
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError, type ErrorCode } from '../../errors.js';
+import { takeBodyBytes } from '../../util/server-limits.js';
 import { JSON_BODY_BYTES_MAX } from './limits.js';
 
-/** Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). */
+/**
+ * Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). On a
+ * server's request the bytes come out of the server's body budget first (SERVER_BUSY when it is
+ * full): the declared length at once, the bytes of a chunked body as they arrive.
+ */
 export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? '0');
   if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
+  takeBodyBytes(req, declared);
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
     if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
+    if (size > declared) takeBodyBytes(req, Math.min(chunk.length, size - declared));
     chunks.push(chunk);
   }
   return Buffer.concat(chunks, size);
@@ -62,6 +69,8 @@ export function sendError(res: ServerResponse, error: unknown, statusFor = statu
     res.destroy();
     return;
   }
+  // A body left unread (refused for its size, or the budget) is not read on: the connection goes.
+  if (!res.req.complete) res.setHeader('connection', 'close');
   if (isWeightcastError(error)) {
     const status = statusFor(error.code);
     if (status === 503) res.setHeader('retry-after', '1');
