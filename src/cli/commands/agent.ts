@@ -77,6 +77,7 @@ async function openSeedNode(flags: AgentFlags, upload: number | undefined): Prom
   const { SeedNode } = await import('../../seed/node/seed-node.js');
   return SeedNode.open({
     dir: join(flags.cache, 'seed'),
+    catalogUrl: flags.scheduler,
     ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
     ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
   });
