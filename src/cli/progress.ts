@@ -64,3 +64,19 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
     },
   };
 }
+
+/** The line shown while an origin is retried: what failed, and how much of the budget is left. */
+export function originRetryLine(event: {
+  path: string;
+  attempt: number;
+  delayMs: number;
+  elapsedMs: number;
+  budgetMs: number;
+  reason: string;
+}): string {
+  const seconds = (ms: number): string => `${Math.round(ms / 1000)} s`;
+  return (
+    `origin unavailable for ${event.path} (${event.reason}); retry ${event.attempt} in ` +
+    `${Math.round(event.delayMs)} ms, ${seconds(event.elapsedMs)} of ${seconds(event.budgetMs)} waited`
+  );
+}

@@ -23,6 +23,8 @@ export interface SwarmPullOptions {
   uploadBytesPerSecond?: number;
   downloadBytesPerSecond?: number;
   token?: string;
+  /** How long an origin read waits out an outage (AgentOptions.originRetryBudgetMs). */
+  originRetryBudgetMs?: number;
   signal?: AbortSignal;
   onEvent?: (event: AgentEvent) => void;
   onProgress?: (status: ModelStatus) => void;
@@ -57,6 +59,9 @@ export async function swarmPull(
       ? {}
       : { downloadBytesPerSecond: options.downloadBytesPerSecond }),
     ...(options.onEvent === undefined ? {} : { onEvent: options.onEvent }),
+    ...(options.originRetryBudgetMs === undefined
+      ? {}
+      : { originRetryBudgetMs: options.originRetryBudgetMs }),
   });
   try {
     const joined = await agent.join({

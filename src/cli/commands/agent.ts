@@ -4,6 +4,8 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
+import { originRetryLine } from '../progress.js';
+import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
@@ -24,6 +26,7 @@ export interface AgentFlags extends ServerLimitFlags {
   destinationRoot: string[];
   injectCorruptUploads?: boolean;
   role: string;
+  originRetryS?: string;
   injectSeedCorruptStores?: boolean;
   json?: boolean;
 }
@@ -49,6 +52,9 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
       destinationRoots: flags.destinationRoot,
       limits: serverLimitsFromFlags(flags),
+      ...(flags.originRetryS === undefined
+        ? {}
+        : { originRetryBudgetMs: originRetryBudgetMs(flags.originRetryS) }),
       ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
       ...(flags.name === undefined ? {} : { name: flags.name }),
       ...(flags.zone === undefined ? {} : { zone: flags.zone }),
@@ -120,6 +126,9 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
       break;
     case 'failed':
       io.stdout(`model ${model}: stopped: ${event.code}: ${event.reason}\n`);
+      break;
+    case 'origin-retry':
+      io.stdout(`model ${model}: ${originRetryLine(event)}\n`);
       break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);

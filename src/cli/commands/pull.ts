@@ -8,7 +8,7 @@ import { WeightcastError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
-import { createProgress } from '../progress.js';
+import { createProgress, originRetryLine } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
@@ -21,6 +21,7 @@ export interface PullFlags {
   memoryMb: string;
   pieceSize?: string;
   token?: string;
+  originRetryS?: string;
   json?: boolean;
   scheduler?: string;
   /** A URL; false with --no-agent. */
@@ -178,6 +179,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         onEvent: (event) => {
           if (event.type === 'scheduler-lost')
             progress.log(`weightcast: scheduler lost (${event.reason}); carrying on with known peers`);
+          if (event.type === 'origin-retry') progress.log(`weightcast: ${originRetryLine(event)}`);
           if (event.type === 'piece' && event.outcome === 'corrupt')
             progress.log(
               `weightcast: piece ${event.piece} from a ${event.from} failed verification; fetching it elsewhere`,
@@ -187,6 +189,9 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
         ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
         ...(token === undefined || token === '' ? {} : { token }),
+        ...(flags.originRetryS === undefined
+          ? {}
+          : { originRetryBudgetMs: (await import('./shared.js')).originRetryBudgetMs(flags.originRetryS) }),
       });
       summary = { ...result };
     } else {

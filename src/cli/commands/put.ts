@@ -20,6 +20,7 @@ export interface PutFlags {
   nodeUploads: string;
   seed: string;
   token?: string;
+  originRetryS?: string;
   json?: boolean;
 }
 

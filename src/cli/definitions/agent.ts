@@ -3,7 +3,7 @@
 import { Option } from 'commander';
 import type { AgentFlags } from '../commands/agent.js';
 import type { RegisterCommand } from './index.js';
-import { withServerLimitOptions } from './shared.js';
+import { withOriginRetryOption, withServerLimitOptions } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
@@ -39,7 +39,7 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
     )
     // Fault injection for tests: as a seed node, store every piece with one byte flipped.
     .addOption(new Option('--inject-seed-corrupt-stores').hideHelp());
-  withServerLimitOptions(command, 30)
+  withOriginRetryOption(withServerLimitOptions(command, 30))
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: AgentFlags) => {
       const { agentCommand } = await import('../commands/agent.js');

@@ -3,14 +3,14 @@
 import type { PullFlags } from '../commands/pull.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../pull/defaults.js';
 import type { RegisterCommand } from './index.js';
-import { withTokenOption } from './shared.js';
+import { withOriginRetryOption, withTokenOption } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 /** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
 export const SEED_READS_PER_NODE = 4;
 
 export const registerPull: RegisterCommand = (program, io, setExitCode) => {
-  withTokenOption(program.command('pull'))
+  withOriginRetryOption(withTokenOption(program.command('pull')))
     .description('Download a model with every piece verified; resumes where it stopped')
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--to <dir>', 'destination directory')

@@ -33,3 +33,11 @@ export function withServerLimitOptions(command: Command, requestTimeoutSDefault:
       `close a connection on which nothing moves for this long (default ${SERVER_LIMIT_DEFAULTS.socketIdleMs / 1000})`,
     );
 }
+
+/** `--origin-retry-s`: how long one origin read waits out an outage (retries with backoff). */
+export function withOriginRetryOption(command: Command): Command {
+  return command.option(
+    '--origin-retry-s <s>',
+    'wait out an origin outage this long per read, retrying with backoff, before failing (default 60)',
+  );
+}

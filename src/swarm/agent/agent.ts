@@ -82,6 +82,11 @@ export interface AgentOptions {
    * The agent serves both either way.
    */
   peerWire?: boolean;
+  /**
+   * How long one origin read retries an origin that fails transiently (an outage) before the model
+   * stops with ORIGIN_RETRIES_EXHAUSTED (`--origin-retry-s`). Default 60 000.
+   */
+  originRetryBudgetMs?: number;
   /** Resume the models found in the cache. Default true. */
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
@@ -93,7 +98,17 @@ export type AgentEvent =
   | { type: 'joined'; model: string; pieces: number; held: number }
   | ({ model: string } & MemberEvent)
   | { type: 'resume-failed'; model: string; reason: string }
-  | { type: 'loopback-unavailable'; reason: string };
+  | { type: 'loopback-unavailable'; reason: string }
+  | {
+      type: 'origin-retry';
+      model: string;
+      path: string;
+      attempt: number;
+      delayMs: number;
+      elapsedMs: number;
+      budgetMs: number;
+      reason: string;
+    };
 
 export interface JoinOptions {
   source: string;
@@ -332,6 +347,20 @@ export class Agent {
     const origin = openOrigin(options.source, {
       files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
       ...(options.token === undefined ? {} : { token: options.token }),
+      ...(this.options.originRetryBudgetMs === undefined
+        ? {}
+        : { retryBudgetMs: this.options.originRetryBudgetMs }),
+      onRetry: ({ path, attempt, delayMs, elapsedMs, budgetMs, reason }) =>
+        this.options.onEvent?.({
+          type: 'origin-retry',
+          model: hex,
+          path,
+          attempt,
+          delayMs,
+          elapsedMs,
+          budgetMs,
+          reason,
+        }),
     });
     // A cache without a store state file opens empty: its member registers and starts fetching while
     // the files are created (OpeningStore); any other waits for the store to know what it holds.

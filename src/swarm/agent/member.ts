@@ -14,7 +14,7 @@ import { randomInt } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
-import type { Origin, ReadProgress } from '../../origin/origin.js';
+import { isFinalOriginError, type Origin, type ReadProgress } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import {
@@ -605,8 +605,10 @@ export class SwarmMember {
     try {
       const client = source === 'origin' ? this.options.origin : this.peerClient(source);
       await this.readChunked(client, fetch, bytes, signal);
-    } catch {
+    } catch (error) {
       if (signal.aborted) return { outcome: 'cancelled' };
+      // An origin that lacks the file or stayed down past its retry budget: stop, do not loop.
+      if (source === 'origin' && isFinalOriginError(error)) this.fail(error as WeightcastError);
       this.stats.failedTransfers++;
       this.options.onEvent?.({
         type: 'piece',
