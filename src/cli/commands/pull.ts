@@ -149,13 +149,17 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
     const manifestPath = flags.manifest;
     const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
     const started = performance.now();
-    const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void =>
-      progress.update(
+    let firstStatus = true;
+    const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void => {
+      const done =
         status.pieceCount === 0
           ? status.totalBytes
-          : Math.round((status.totalBytes * status.held) / status.pieceCount),
-        status.totalBytes,
-      );
+          : Math.round((status.totalBytes * status.held) / status.pieceCount);
+      // The first status comes before any transfer: what it holds was verified before this pull.
+      if (firstStatus) progress.startFrom(done);
+      firstStatus = false;
+      progress.update(done, status.totalBytes);
+    };
     let summary: Record<string, unknown>;
     let fileCount: number;
     if (flags.scheduler !== undefined) {
