@@ -157,6 +157,12 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'a directory stands where the model has a file',
   },
+  PULL_DESTINATION_SYMLINK: {
+    status: 500,
+    exit: 2,
+    remote: true,
+    summary: 'a symbolic link inside the destination, which a pull does not write through',
+  },
   // the swarm (src/swarm)
   SWARM_PROTOCOL: {
     status: 400,

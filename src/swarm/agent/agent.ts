@@ -41,6 +41,7 @@ import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
+import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -333,7 +334,11 @@ export class Agent {
       options.store ??
       (to === undefined
         ? { dataDir: join(modelDir, 'files'), stateDir: modelDir }
-        : { dataDir: join(to, AGENT_PARTIAL_DIR), stateDir: modelDir, finalDir: to });
+        : {
+            dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
+            stateDir: modelDir,
+            finalDir: to,
+          });
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.
     const job = { source: options.source, ...(to === undefined ? {} : { to }) };
