@@ -27,15 +27,22 @@ export async function readBody(req: IncomingMessage, maxBytes: number): Promise<
   const declared = Number(req.headers['content-length'] ?? '0');
   if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
   takeBodyBytes(req, declared);
+  // A declared body is read into one buffer of its size: no second copy to join chunks.
+  const whole = declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
+    if (whole !== undefined && size + chunk.length <= declared) whole.set(chunk, size);
+    else chunks.push(chunk);
     size += chunk.length;
     if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
     if (size > declared) takeBodyBytes(req, Math.min(chunk.length, size - declared));
-    chunks.push(chunk);
   }
-  return Buffer.concat(chunks, size);
+  if (whole !== undefined && chunks.length === 0) return whole.subarray(0, size);
+  return Buffer.concat(
+    whole === undefined ? chunks : [whole.subarray(0, Math.min(size, declared)), ...chunks],
+    size,
+  );
 }
 
 export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BYTES_MAX): Promise<unknown> {
