@@ -89,6 +89,7 @@ import {
   type UserFlowPhases,
 } from './netns/report.js';
 import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
+import { ensureClusterTokens } from './netns/cluster-tokens.js';
 
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -892,6 +893,7 @@ async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
+  ensureClusterTokens();
   const modeNote =
     problem === undefined
       ? `testbed: a network namespace per host (and one control machine) on a Linux bridge, tc tbf caps on every link, both directions, MTU ${options.mtu}`

@@ -35,6 +35,7 @@ import { firstMatch, saveOutput, stopChild, tailOf, waitForExit } from './netns/
 import { MTU_DEFAULT, tcpPayloadShare, type Endpoint } from './netns/plan.js';
 import { renderTable } from './netns/report.js';
 import { createTestbed, type Testbed } from './netns/testbed.js';
+import { ensureClusterTokens } from './netns/cluster-tokens.js';
 
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -170,6 +171,7 @@ export function everyNodeServed(leg: PullLeg, bytes: number): boolean {
 
 export async function runPlacementNetns(options: NetnsOptions): Promise<NetnsResult> {
   const { log } = options;
+  ensureClusterTokens();
   const work = await mkdtemp(join(options.work, 'wc-placement-'));
   const logDir = join(work, 'logs');
   await mkdir(logDir, { recursive: true });

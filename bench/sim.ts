@@ -1,7 +1,8 @@
 /**
  * `npm run bench:sim`: the real scheduling core in the deterministic simulator at N = 10, 100 and
- * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm, one with failing hosts and one whose
- * requests are not pipelined (each waits a full request latency). Each row prints T_last against the
+ * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm, one with failing hosts, one whose
+ * requests are not pipelined (each waits a full request latency), and ones that lose the scheduler
+ * at the start and part-way (the agents' fallback policy, core/fallback.ts, from then on). Each row prints T_last against the
  * fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
  */
 
@@ -56,6 +57,18 @@ const CASES: Case[] = [
     totalBytes: 10e9,
     pieceBytes: MiB,
     pipelining: false,
+  }),
+  scenario('N=10, scheduler lost at 0 s', {
+    hosts: 10,
+    totalBytes: 10e9,
+    pieceBytes: 16 * MiB,
+    schedulerLossAtMs: 0,
+  }),
+  scenario('N=100, scheduler lost at 3 s', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: 4 * MiB,
+    schedulerLossAtMs: 3000,
   }),
   scenario('N=1000, 100k pieces', { hosts: 1000, totalBytes: 100_000 * MiB, pieceBytes: MiB }, true),
 ];

@@ -219,8 +219,11 @@ export class Cluster {
     originBytesAssigned: number;
     hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
   }> {
+    // The scheduler and agents inherit this environment: a cluster token there is theirs too.
+    const token = process.env['WEIGHTCAST_CLUSTER_TOKEN'];
     const response = await fetch(`${this.scheduler.url}/v1/swarms/${this.hex}`, {
       signal: AbortSignal.timeout(10_000),
+      ...(token === undefined || token === '' ? {} : { headers: { authorization: `Bearer ${token}` } }),
     });
     if (!response.ok) throw new Error(`scheduler status: ${response.status} ${await response.text()}`);
     return (await response.json()) as {

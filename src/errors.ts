@@ -368,11 +368,23 @@ export const ERROR_CATALOGUE = {
   },
   IO: { status: 500, exit: 1, remote: true, summary: 'a local file could not be read or written' },
   // what a service answers for a route it does not have, or for a bug of ours
+  UNAUTHORIZED: {
+    status: 401,
+    exit: 1,
+    remote: true,
+    summary: 'a service wants the cluster credential (`WEIGHTCAST_CLUSTER_TOKEN`, `--cluster-token-file`)',
+  },
   FORBIDDEN: {
     status: 403,
     exit: 1,
     remote: true,
-    summary: 'a service refused the request (the local API answers only this machine, and no web page)',
+    summary:
+      'a service refused the request (an operator route for a member credential; the local API answers only this machine, and no web page)',
+  },
+  TLS_UNTRUSTED: {
+    status: 500,
+    exit: 2,
+    summary: "a service's certificate is not signed by the CA given with `--tls-ca` (or names another host)",
   },
   NOT_FOUND: {
     status: 404,

@@ -18,6 +18,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import type { Agent, Dispatcher } from 'undici';
+import { tlsClientOptions, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
@@ -48,6 +49,8 @@ export interface RetryEvent {
 export interface HttpOriginOptions {
   /** Sent as `Authorization: Bearer <token>`, only to the base URL's own origin. */
   token?: string;
+  /** For `https:`: the CA to trust instead of the system's, and a client certificate to present. */
+  tls?: ClientTls | undefined;
   /** Sockets per host (the base and each redirect target). Default 8. */
   connections?: number;
   /**
@@ -219,7 +222,10 @@ export class HttpOrigin implements Origin {
       keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
       headersTimeout: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
       bodyTimeout: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
-      connect: { timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT },
+      connect: {
+        timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT,
+        ...tlsClientOptions({ tls: options.tls }),
+      },
     };
     this.ranges =
       options.transport === 'undici'

@@ -37,7 +37,17 @@ interface FileState {
   handle: FileHandle;
   remaining: number;
   final: boolean;
+  /** Bytes written since the last background flush started (files bound for a destination). */
+  unflushed: number;
+  /** A background datasync under way, if any. */
+  flushing?: Promise<void>;
 }
+
+/**
+ * A file bound for a destination is flushed in the background every this many written bytes, so
+ * the disk works while the network does and the sync before its rename has little left to do.
+ */
+const WRITEBACK_BYTES = 64 * 1024 * 1024;
 
 export class PieceStore {
   private readonly held: Uint8Array;
@@ -171,6 +181,7 @@ export class PieceStore {
     const where = this.map.locate(piece);
     const file = this.files[where.fileIndex] as FileState;
     await writeFully(file.handle, bytes, where.offset);
+    this.startWriteback(file, bytes.length);
     await this.journal.append({ file: where.fileIndex, piece: where.piece, digest: where.digest });
     // The file is finished (synced, renamed into place) before its last piece counts, so a
     // complete store means every file is under its final name.
@@ -281,6 +292,7 @@ export class PieceStore {
     if (this.closed) return;
     this.closed = true;
     await this.journal.close().catch(() => undefined);
+    await Promise.allSettled(this.files.map((file) => file.flushing ?? Promise.resolve()));
     await Promise.all(this.files.map((file) => file.handle.close().catch(() => undefined)));
   }
 
@@ -352,6 +364,20 @@ export class PieceStore {
       const state = this.files[index] as FileState;
       if (state.remaining === 0 && !state.final) await this.finishFile(index);
     }
+  }
+
+  /** Errors of a background flush are left to the sync before the rename, which reports them. */
+  private startWriteback(file: FileState, bytes: number): void {
+    if (this.options.finalDir === undefined || file.final) return;
+    file.unflushed += bytes;
+    if (file.unflushed < WRITEBACK_BYTES || file.flushing !== undefined || file.remaining <= 1) return;
+    file.unflushed = 0;
+    file.flushing = file.handle
+      .datasync()
+      .catch(() => undefined)
+      .finally(() => {
+        delete file.flushing;
+      });
   }
 
   private async finishFile(fileIndex: number): Promise<void> {
@@ -431,7 +457,7 @@ async function openFile(
     await handle.close();
     throw error;
   }
-  return { handle, remaining: file.pieces.length, final: atFinal };
+  return { handle, remaining: file.pieces.length, final: atFinal, unflushed: 0 };
 }
 
 async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {

@@ -6,8 +6,15 @@
  */
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { request } from 'undici';
+import { Agent, request, type Dispatcher } from 'undici';
 import { z } from 'zod';
+import {
+  authHeaders,
+  tlsClientOptions,
+  untrustedCertificate,
+  type ClientTls,
+  type ServiceAccess,
+} from '../auth/transport.js';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError } from '../errors.js';
 import { readJsonBody, sendError } from '../swarm/wire/http-json.js';
 
@@ -117,6 +124,28 @@ export interface SeedCallOptions {
   signal?: AbortSignal | undefined;
   /** Largest answer accepted. */
   maxBytes?: number;
+  /** The credential and TLS settings for the service called. */
+  access?: ServiceAccess | undefined;
+}
+
+const dispatchers = new WeakMap<ClientTls, Dispatcher>();
+
+/**
+ * The request options that carry `access`: its bearer token, and an undici Agent with its TLS
+ * settings (one per settings object) when it has any.
+ */
+export function seedRequestAccess(access: ServiceAccess | undefined): {
+  headers: Record<string, string>;
+  dispatcher?: Dispatcher;
+} {
+  const tls = access?.tls;
+  if (tls === undefined) return { headers: authHeaders(access) };
+  let dispatcher = dispatchers.get(tls);
+  if (dispatcher === undefined) {
+    dispatcher = new Agent({ connect: tlsClientOptions(access) });
+    dispatchers.set(tls, dispatcher);
+  }
+  return { headers: authHeaders(access), dispatcher };
 }
 
 /**
@@ -129,15 +158,23 @@ export async function seedCallRaw(url: string, what: string, options: SeedCallOp
   const raw = options.body instanceof Uint8Array;
   let status: number;
   let bytes: Buffer;
+  const { headers, dispatcher } = seedRequestAccess(options.access);
   try {
     const response = await request(url, {
       method: options.method ?? 'GET',
       signal,
+      ...(dispatcher === undefined ? {} : { dispatcher }),
       ...(options.body === undefined
-        ? {}
+        ? { headers }
         : raw
-          ? { body: options.body as Uint8Array, headers: { 'content-type': 'application/octet-stream' } }
-          : { body: JSON.stringify(options.body), headers: { 'content-type': 'application/json' } }),
+          ? {
+              body: options.body as Uint8Array,
+              headers: { ...headers, 'content-type': 'application/octet-stream' },
+            }
+          : {
+              body: JSON.stringify(options.body),
+              headers: { ...headers, 'content-type': 'application/json' },
+            }),
     });
     status = response.statusCode;
     bytes = await readLimited(response.body, options.maxBytes ?? SEED_JSON_BYTES_MAX, url);
@@ -145,6 +182,8 @@ export async function seedCallRaw(url: string, what: string, options: SeedCallOp
     if (isWeightcastError(error)) throw error;
     if (options.signal?.aborted === true)
       throw new WeightcastError('ABORTED', `${what}: aborted`, {}, { cause: error });
+    const untrusted = untrustedCertificate(error, url);
+    if (untrusted !== undefined) throw untrusted;
     throw new WeightcastError(
       'SEED_NODE_UNREACHABLE',
       `${what} at ${url} did not answer: ${(error as Error).message}`,

@@ -153,6 +153,11 @@ export class FluidNetwork {
     return slot < 0 ? -1 : this.src[slot]!;
   }
 
+  receiver(transferId: number): number {
+    const slot = this.slots.get(transferId);
+    return slot < 0 ? -1 : this.dst[slot]!;
+  }
+
   /** Bytes a flow has moved so far, or undefined if it is not there. */
   delivered(transferId: number): number | undefined {
     const slot = this.slots.get(transferId);

@@ -8,13 +8,19 @@
  * Requests are pipelined as an agent would: when a flow has about one request latency of bytes
  * left, the core is told (`handleTransferEnding`) and the next request goes out, so its first byte
  * arrives as the last byte of the previous one does.
+ *
+ * `schedulerLossAtMs` takes the scheduler away mid-run: from then on every host runs the agents'
+ * fallback policy (swarm/core/fallback.ts) on what it alone knows, as a member without a scheduler
+ * does (see FallbackSim below).
  */
 
 import { assert } from '../errors.js';
+import { FALLBACK_ORIGIN_READS_MAX } from '../swarm/core/fallback.js';
 import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
 import { ORIGIN, RING_PARENTS_DEFAULT, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
+import { FallbackSim } from './fallback-sim.js';
 import type { FlowEvents } from './flow-events.js';
 import { FluidNetwork, type Endpoint } from './network.js';
 
@@ -46,6 +52,11 @@ export interface SimOptions {
   pipelining?: boolean;
   /** Assert every tick that no link carried more than its capacity (slower; for tests). */
   checkLinks?: boolean;
+  /**
+   * The scheduler goes away at this virtual time (ms): the transfers under way finish, and every host
+   * fetches on with the fallback policy. Unset: the scheduler stays.
+   */
+  schedulerLossAtMs?: number;
 }
 
 export interface SimResult {
@@ -65,6 +76,10 @@ export interface SimResult {
   transfers: number;
   ticks: number;
   tickMs: number;
+  /** Transfers the hosts started on their own after the scheduler went (schedulerLossAtMs). */
+  fallbackTransfers: number;
+  /** Of them, fetches that found their peer's upload slots full and went elsewhere. */
+  fallbackBusy: number;
 }
 
 /** Runs stop after this many times the lower bound, whatever happens. */
@@ -97,6 +112,11 @@ class SimRun {
   private lastProgressMs = 0;
   private transferCount = 0;
   private completed = 0;
+  /** Piece of every flow the core assigned, while it runs. */
+  private readonly pieceOf = new Map<number, number>();
+  private highestTransferId = 0;
+  /** Set once the scheduler is gone (options.schedulerLossAtMs). */
+  private fallback: FallbackSim | undefined;
 
   constructor(options: SimOptions) {
     assert(options.hosts >= 1 && options.totalBytes > 0 && options.pieceBytes > 0, 'simulator options');
@@ -152,6 +172,11 @@ class SimRun {
     let failureIndex = 0;
     while (this.completed + this.failed.size < this.options.hosts && now < limitMs) {
       const next = now + tickMs;
+      const lossAtMs = this.options.schedulerLossAtMs;
+      if (this.fallback === undefined && lossAtMs !== undefined && lossAtMs < next) {
+        this.loseScheduler(Math.max(now, lossAtMs));
+      }
+      this.fallback?.tick(now);
       const events = this.network.step(now, next);
       for (let i = 0; i < events.length; i++) {
         if (events.isDone(i)) this.finish(events, i);
@@ -164,7 +189,7 @@ class SimRun {
         const failure = this.failures[failureIndex++] as { atMs: number; host: number };
         this.fail(failure.host, failure.atMs);
       }
-      const wake = this.core.pollTimeout();
+      const wake = this.fallback === undefined ? this.core.pollTimeout() : undefined;
       if (wake !== undefined && wake < next) {
         this.core.handleTimeout(Math.max(wake, now));
         this.startAssignments(Math.max(wake, now));
@@ -172,7 +197,12 @@ class SimRun {
       now = next;
       ticks++;
       if (this.network.flowCount === 0) this.startAssignments(now);
-      if (this.network.flowCount === 0 && this.core.pollTimeout() === undefined) break;
+      if (
+        this.fallback === undefined &&
+        this.network.flowCount === 0 &&
+        this.core.pollTimeout() === undefined
+      )
+        break;
       // A swarm that stops making progress is reported as incomplete rather than ticked to the limit.
       if (now - this.lastProgressMs > Math.max(boundMs, 1000 * tickMs)) break;
     }
@@ -180,6 +210,8 @@ class SimRun {
   }
 
   private ending(transferId: number, atMs: number): void {
+    // Without a scheduler nobody plans ahead: a member on its own asks when a fetch ends.
+    if (this.fallback !== undefined) return;
     this.core.handleTransferEnding(atMs, transferId);
     this.startAssignments(atMs);
   }
@@ -197,31 +229,84 @@ class SimRun {
       this.originBytes += bytes;
       this.originDoneMs = atMs;
     }
+    if (this.fallback !== undefined) {
+      this.fallback.settle(transferId, true, atMs);
+      this.noteComplete(dst, atMs);
+      return;
+    }
+    this.pieceOf.delete(transferId);
     const seconds = Math.max(1e-9, (atMs - events.startAtMs(i)) / 1000);
     this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
     for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, atMs);
-    if (this.core.isComplete(dst) && Number.isNaN(this.completedAt[dst])) {
-      this.completedAt[dst] = atMs;
-      this.completed++;
-    }
+    if (this.core.isComplete(dst)) this.noteComplete(dst, atMs);
     this.startAssignments(atMs);
   }
 
+  private noteComplete(host: number, atMs: number): void {
+    const complete =
+      this.fallback === undefined ? this.core.isComplete(host) : this.fallback.isComplete(host);
+    if (complete && Number.isNaN(this.completedAt[host]) && !this.failed.has(host)) {
+      this.completedAt[host] = atMs;
+      this.completed++;
+    }
+  }
+
+  /**
+   * The scheduler goes: its assignments under way carry on as the hosts' own, and from now on every
+   * host picks its fetches with the fallback policy.
+   */
+  private loseScheduler(atMs: number): void {
+    const fallback = new FallbackSim(
+      {
+        hosts: this.options.hosts,
+        pieceCount: this.pieceCount,
+        downloadsMax: this.options.downloadsPerHost,
+        originReadsMax: FALLBACK_ORIGIN_READS_MAX,
+        uploadsMax: this.options.uploadsPerHost,
+        latencyMs: this.options.latencyMs,
+        seed: this.options.seed,
+        originEndpoint: this.originEndpoint,
+        pieceBytes: (piece) => this.pieceSize(piece),
+        heldAtLoss: (host, piece) => !this.failed.has(host) && this.core.hasPiece(host, piece),
+        firstTransferId: this.highestTransferId + 1,
+      },
+      this.network,
+      atMs,
+    );
+    for (const host of this.failed) fallback.removeHost(host);
+    for (const [transferId, piece] of this.pieceOf) {
+      fallback.adoptLeftover(
+        transferId,
+        this.network.sender(transferId),
+        this.network.receiver(transferId),
+        piece,
+      );
+    }
+    this.pieceOf.clear();
+    this.fallback = fallback;
+    fallback.tick(atMs);
+  }
+
   /** Drops a flow, counting what the origin had already sent of it. */
-  private drop(transferId: number): boolean {
+  private drop(transferId: number, atMs: number): boolean {
     const src = this.network.sender(transferId);
     const delivered = this.network.remove(transferId);
     if (delivered < 0) return false;
     if (src === this.originEndpoint) this.originBytes += delivered;
+    this.pieceOf.delete(transferId);
+    this.fallback?.settle(transferId, false, atMs);
     return true;
   }
 
   private cancel(transferId: number, atMs: number): void {
-    if (this.drop(transferId)) this.core.handleTransfer(atMs, { transferId, outcome: 'cancelled' });
+    if (this.drop(transferId, atMs)) this.core.handleTransfer(atMs, { transferId, outcome: 'cancelled' });
   }
 
   private startAssignments(atMs: number): void {
+    if (this.fallback !== undefined) return;
     for (const assignment of this.core.pollAssignments(atMs)) {
+      this.pieceOf.set(assignment.transferId, assignment.piece);
+      this.highestTransferId = Math.max(this.highestTransferId, assignment.transferId);
       const src = assignment.from === ORIGIN ? this.originEndpoint : assignment.from;
       this.network.add(
         assignment.transferId,
@@ -238,7 +323,9 @@ class SimRun {
   private fail(host: number, atMs: number): void {
     if (this.failed.has(host) || !Number.isNaN(this.completedAt[host])) return;
     this.failed.add(host);
-    for (const transferId of this.network.flowsOf(host)) this.drop(transferId);
+    this.fallback?.removeHost(host);
+    for (const transferId of this.network.flowsOf(host)) this.drop(transferId, atMs);
+    if (this.fallback !== undefined) return;
     this.core.removeHost(atMs, host);
     this.startAssignments(atMs);
   }
@@ -316,9 +403,11 @@ class SimRun {
       originDoneMs: this.originDoneMs,
       p50Ms: quantile(0.5),
       p99Ms: quantile(0.99),
-      transfers: this.transferCount,
+      transfers: this.transferCount + (this.fallback?.transfers ?? 0),
       ticks,
       tickMs,
+      fallbackTransfers: this.fallback?.transfers ?? 0,
+      fallbackBusy: this.fallback?.busy ?? 0,
     };
   }
 }

@@ -20,6 +20,7 @@ import type { Origin } from '../origin/origin.js';
 import type { PlaceResult } from '../pull/place.js';
 import type { PullEvent, PullResult } from '../pull/pull.js';
 import type { ModelStatus } from './agent/agent.js';
+import type { ServiceAccess } from '../auth/transport.js';
 import { callJson, remoteError } from './wire/http-json.js';
 
 export interface AgentPullOptions {
@@ -33,6 +34,8 @@ export interface AgentPullOptions {
   /** Refuse the manifest unless its digest is this (`sha256:<hex>` or the hex). */
   expectDigest?: string;
   agentUrl: string;
+  /** TLS settings for an agent whose port has TLS (`--agent https://...`); the local API needs no token. */
+  access?: ServiceAccess;
   token?: string;
   signal?: AbortSignal;
   onProgress?: (status: ModelStatus) => void;
@@ -115,6 +118,7 @@ export async function agentPull(
       await callJson(`${base}${path}`, 'the agent', {
         method,
         timeoutMs: 30_000,
+        access: options.access,
         ...(body === undefined ? {} : { body }),
         ...(options.signal === undefined ? {} : { signal: options.signal }),
       }),
@@ -187,6 +191,7 @@ export async function agentPull(
       ? new LocalOrigin(status.filesDir)
       : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
           files: files.map((file) => ({ path: file.path, size: file.size })),
+          tls: options.access?.tls,
         });
   try {
     const result = await pull(origin, dest, {

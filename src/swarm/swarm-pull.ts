@@ -8,6 +8,8 @@
 
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ServiceCredentials } from '../auth/gate.js';
+import type { ServerTls, ServiceAccess } from '../auth/transport.js';
 import { abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME } from '../pull/pull.js';
@@ -25,6 +27,14 @@ export interface SwarmPullOptions {
   token?: string;
   /** How long an origin read waits out an outage (AgentOptions.originRetryBudgetMs). */
   originRetryBudgetMs?: number;
+  /** Who may read pieces from this pull while it runs (the cluster token); see AgentOptions. */
+  credentials?: ServiceCredentials;
+  /** What this pull sends to the scheduler and its peers. */
+  access?: ServiceAccess;
+  /** Serve peers with HTTPS. */
+  tls?: ServerTls;
+  /** Serve peers on a non-loopback address without credentials. */
+  insecure?: boolean;
   signal?: AbortSignal;
   onEvent?: (event: AgentEvent) => void;
   onProgress?: (status: ModelStatus) => void;
@@ -62,6 +72,10 @@ export async function swarmPull(
     ...(options.originRetryBudgetMs === undefined
       ? {}
       : { originRetryBudgetMs: options.originRetryBudgetMs }),
+    ...(options.credentials === undefined ? {} : { credentials: options.credentials }),
+    ...(options.access === undefined ? {} : { access: options.access }),
+    ...(options.tls === undefined ? {} : { tls: options.tls }),
+    ...(options.insecure === undefined ? {} : { insecure: options.insecure }),
   });
   try {
     const joined = await agent.join({

@@ -17,7 +17,15 @@
  *   SERVER_BUSY with Retry-After.
  */
 
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerOptions,
+  type ServerResponse,
+} from 'node:http';
+import { Server as TlsServer } from 'node:tls';
 import type { Socket } from 'node:net';
 import { WeightcastError } from '../errors.js';
 import { BODY_BUFFER_BYTES_DEFAULT, SERVER_LIMIT_DEFAULTS } from './server-limit-defaults.js';
@@ -149,13 +157,20 @@ function definedOnly(overrides: Partial<ServerLimits>): Partial<Omit<ServerLimit
   );
 }
 
+export interface LimitedServerOptions {
+  noDelay?: boolean;
+  /** Makes the server from Node's options (an HTTPS one, say); default node:http's createServer. */
+  create?: (options: ServerOptions, listener: RequestListener) => Server;
+}
+
 /** An HTTP server with `limits` applied; `handler` answers every request that gets through. */
 export function createLimitedServer(
   limits: ServerLimits,
   handler: (req: IncomingMessage, res: ServerResponse) => void,
-  options: { noDelay?: boolean } = {},
+  options: LimitedServerOptions = {},
 ): Server {
-  const server = createServer(
+  const create = options.create ?? ((serverOptions, listener) => createServer(serverOptions, listener));
+  const server = create(
     {
       requestTimeout: limits.requestTimeoutMs,
       headersTimeout: limits.headersTimeoutMs,
@@ -190,7 +205,9 @@ function capConnectionsPerAddress(server: Server, perAddressMax: number): void {
     const address = socket.remoteAddress ?? 'unknown';
     const count = open.get(address) ?? 0;
     if (count >= perAddressMax) {
-      refuse(socket, `${address} already has ${perAddressMax} connections open to this server`);
+      // Over TLS no HTTP answer can be sent before the handshake: the connection is just closed.
+      if (server instanceof TlsServer) socket.destroy();
+      else refuse(socket, `${address} already has ${perAddressMax} connections open to this server`);
       return;
     }
     open.set(address, count + 1);

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { encodeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
+import type { ServiceAccess } from '../../src/auth/transport.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
 
@@ -27,12 +28,13 @@ export function fakeManifest(pieces: number, salt = 'c'): Manifest {
 export async function registerBareHost(
   swarmUrl: string,
   manifest: Manifest,
-  options: { name: string; assignmentsInReply?: boolean; url?: string },
+  options: { name: string; assignmentsInReply?: boolean; url?: string; access?: ServiceAccess },
 ): Promise<unknown> {
   const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
   return callJson(`${swarmUrl}/hosts`, 'the scheduler', {
     method: 'POST',
     timeoutMs: 5000,
+    access: options.access,
     body: {
       name: options.name,
       url: options.url ?? 'http://127.0.0.1:9/',

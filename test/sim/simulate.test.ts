@@ -72,6 +72,33 @@ test('hosts that fail mid-run do not stop the others', () => {
   assert.equal(result.hostsCompleted, 17);
 });
 
+test('a swarm that loses its scheduler finishes on the fallback policy, replayably, every link within capacity', () => {
+  for (const seed of [21, 22]) {
+    const bound = simulate(options({ seed })).tLowerBoundMs;
+    const lossAtMs = Math.round(bound * 0.3);
+    const lost = simulate(options({ seed, schedulerLossAtMs: lossAtMs, checkLinks: true }));
+    console.log(
+      `seed ${seed}: scheduler lost at ${lossAtMs} ms: T_last ${Math.round(lost.tLastMs)} ms, efficiency ` +
+        `${lost.efficiency.toFixed(3)}, origin ${lost.originRatio.toFixed(2)} x S, ${lost.fallbackTransfers} ` +
+        `fallback transfers, ${lost.fallbackBusy} refused as busy`,
+    );
+    assert.equal(lost.incomplete, false, `seed ${seed}`);
+    assert.equal(lost.hostsCompleted, 20, `seed ${seed}`);
+    assert.ok(lost.fallbackTransfers > 0, `seed ${seed}: no host fetched on its own`);
+    // Without coordination the origin sends more than once, but the stripes keep it bounded.
+    assert.ok(lost.originRatio < 2, `seed ${seed}: origin sent ${lost.originRatio} x S`);
+    assert.deepEqual(simulate(options({ seed, schedulerLossAtMs: lossAtMs, checkLinks: true })), lost);
+  }
+});
+
+test('hosts that fail after the scheduler is gone do not stop the others', () => {
+  const seed = 23;
+  const result = simulate(options({ seed, failHosts: 3, schedulerLossAtMs: 0 }));
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.hostsFailed, 3, `seed ${seed}`);
+  assert.equal(result.hostsCompleted, 17, `seed ${seed}`);
+});
+
 test('rack uplinks slow a swarm down but it still completes', () => {
   const seed = 9;
   const free = simulate(options({ seed, racks: 4 }));

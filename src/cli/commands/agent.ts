@@ -1,5 +1,7 @@
 /** `weightcast agent --scheduler URL --cache DIR`: runs a swarm agent until Ctrl-C. */
 
+import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
@@ -11,7 +13,7 @@ import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-fl
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
-export interface AgentFlags extends ServerLimitFlags {
+export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   scheduler: string;
   cache: string;
   port: string;
@@ -42,8 +44,13 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
-    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload) : undefined;
+    const access = await resolveAccess(flags);
+    const seed = flags.role === 'seed' ? await openSeedNode(flags, upload, access.client) : undefined;
     const agent = await Agent.start({
+      credentials: access.credentials,
+      access: access.client,
+      ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),
+      insecure: access.insecure,
       ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
       cacheDir: flags.cache,
@@ -79,11 +86,16 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
 }
 
 /** `--role seed`: the seed tier's node, whose code a plain agent never loads. */
-async function openSeedNode(flags: AgentFlags, upload: number | undefined): Promise<SeedNode> {
+async function openSeedNode(
+  flags: AgentFlags,
+  upload: number | undefined,
+  access: ServiceAccess,
+): Promise<SeedNode> {
   const { SeedNode } = await import('../../seed/node/seed-node.js');
   return SeedNode.open({
     dir: join(flags.cache, 'seed'),
     catalogUrl: flags.scheduler,
+    access,
     ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
     ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
   });

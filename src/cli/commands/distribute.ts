@@ -4,6 +4,8 @@
  * journalled apply (src/seed/apply) and the model's whole-file SHA-256 is printed before and after.
  */
 
+import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
@@ -26,7 +28,7 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
 
-export interface DistributeFlags {
+export interface DistributeFlags extends AccessFlags {
   scheduler: string;
   mode: string;
   nodes?: string;
@@ -55,8 +57,9 @@ export async function distributeCommand(
     }
     const nodes = flags.nodes === undefined ? undefined : parsePositiveInt(flags.nodes, '--nodes');
     const stateDir = flags.state ?? join(homedir(), '.weightcast', 'distribute');
-    if (flags.apply !== true) return await dryRun(hex, flags.mode, nodes, stateDir, flags, io);
-    return await applyCommand(hex, flags.mode, nodes, stateDir, flags, io);
+    const access = (await resolveAccess(flags, { sendOperator: true })).client;
+    if (flags.apply !== true) return await dryRun(hex, flags.mode, nodes, stateDir, flags, io, access);
+    return await applyCommand(hex, flags.mode, nodes, stateDir, flags, io, access);
   } catch (error) {
     return reportError(io, error, json);
   }
@@ -69,8 +72,9 @@ async function dryRun(
   stateDir: string,
   flags: DistributeFlags,
   io: CliIo,
+  access: ServiceAccess,
 ): Promise<number> {
-  const catalog = new CatalogClient(flags.scheduler);
+  const catalog = new CatalogClient(flags.scheduler, access);
   const snapshot = await catalog.requireSnapshot(hex, { signal: io.signal });
   const plan = planDistribute(
     { model: hex, nodes: snapshot.nodes, pieces: snapshot.pieces },
@@ -111,6 +115,7 @@ async function applyCommand(
   stateDir: string,
   flags: DistributeFlags,
   io: CliIo,
+  access: ServiceAccess,
 ): Promise<number> {
   const json = flags.json === true;
   const progress = createProgress(io, 'distribute', json);
@@ -120,13 +125,16 @@ async function applyCommand(
   };
   const started = performance.now();
   try {
-    const catalog = new CatalogClient(flags.scheduler);
+    const catalog = new CatalogClient(flags.scheduler, access);
     const manifest = await catalog.manifest(hex, { signal: io.signal });
     const hashes = flags.fileHashes;
-    const before = hashes ? await tierFileHashes(flags.scheduler, hex, manifest, io.signal) : undefined;
+    const before = hashes
+      ? await tierFileHashes(flags.scheduler, hex, manifest, io.signal, access)
+      : undefined;
     const nodeBytesPerSecond = parseMbps(flags.nodeMbps, '--node-mbps');
     const result = await applyDistribute({
       schedulerUrl: flags.scheduler,
+      access,
       model: hex,
       mode,
       ...(nodes === undefined ? {} : { nodes }),
@@ -140,7 +148,9 @@ async function applyCommand(
       onEvent: (event) => onApplyEvent(event, json, progress.update.bind(progress), line, io),
     });
     progress.finish();
-    const after = hashes ? await tierFileHashes(flags.scheduler, hex, manifest, io.signal) : undefined;
+    const after = hashes
+      ? await tierFileHashes(flags.scheduler, hex, manifest, io.signal, access)
+      : undefined;
     const movedByFile = movedPerFile(manifest, result.movedPieces);
     const rows = (after ?? []).map((file, index) =>
       hashRow(file, before?.[index], mode, movedByFile.get(file.path) ?? 0),

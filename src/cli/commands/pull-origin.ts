@@ -9,6 +9,7 @@ import { SEED_READS_PER_NODE } from '../definitions/pull.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
 import type { PullFlags } from './pull.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { openSource } from './shared.js';
 
 const SEED_READS_MAX = 64;
@@ -19,6 +20,12 @@ async function openSeedSource(
 ): ReturnType<typeof SeedRead.openSeedSource> {
   const { openSeedSource } = await import('../../seed/read/open.js');
   return openSeedSource(...args);
+}
+
+/** The cluster credential (and TLS) for the catalog and the seed nodes. */
+async function seedAccess(flags: PullFlags): Promise<ServiceAccess> {
+  const { resolveAccess } = await import('../../auth/credentials.js');
+  return (await resolveAccess(flags)).client;
 }
 
 export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Promise<number> {
@@ -36,7 +43,9 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
       });
     }
     const seeded =
-      flags.seeds === undefined ? undefined : await openSeedSource(src, flags.seeds, manifest, io.signal);
+      flags.seeds === undefined
+        ? undefined
+        : await openSeedSource(src, flags.seeds, manifest, io.signal, await seedAccess(flags));
     manifest = seeded?.manifest ?? manifest;
     // From the seed tier every node's link is a path of its own: keep a few reads on each.
     const concurrency =

@@ -4,6 +4,7 @@
  * with an agent the pull process is one of many started at once.
  */
 
+import type { AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
@@ -13,7 +14,7 @@ import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
 
-export interface PullFlags {
+export interface PullFlags extends AccessFlags {
   to: string;
   manifest?: string;
   digest?: string;
@@ -147,6 +148,8 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       );
     }
     const manifestPath = flags.manifest;
+    const { resolveAccess } = await import('../../auth/credentials.js');
+    const access = await resolveAccess(flags);
     const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
     const started = performance.now();
     let firstStatus = true;
@@ -193,6 +196,10 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
         ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
         ...(token === undefined || token === '' ? {} : { token }),
+        credentials: access.credentials,
+        access: access.client,
+        ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),
+        insecure: access.insecure,
         ...(flags.originRetryS === undefined
           ? {}
           : { originRetryBudgetMs: (await import('./shared.js')).originRetryBudgetMs(flags.originRetryS) }),
@@ -205,6 +212,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         manifestName: manifestPath,
         ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
         agentUrl: flags.agent as string,
+        access: access.client,
         signal: io.signal,
         onProgress,
         ...(flags.link === true ? { place: 'link' as const } : {}),

@@ -1,5 +1,6 @@
 /** `weightcast put SRC --scheduler URL`: loads a model into the seed tier, placed by policy. */
 
+import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError } from '../../errors.js';
 import { buildManifest } from '../../manifest/build.js';
 import { loadManifest, manifestDigest, type Manifest } from '../../manifest/manifest.js';
@@ -10,7 +11,7 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import { openSource } from './shared.js';
 
-export interface PutFlags {
+export interface PutFlags extends AccessFlags {
   scheduler: string;
   placement: string;
   replicas: string;
@@ -36,6 +37,7 @@ export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promi
       throw new WeightcastError('USAGE', `--replicas must be a non-negative integer, got ${flags.replicas}`);
     }
     const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
+    const access = (await resolveAccess(flags, { sendOperator: true })).client;
     const started = performance.now();
     let manifest: Manifest | undefined =
       flags.manifest === undefined ? undefined : await loadManifest(flags.manifest, { signal: io.signal });
@@ -60,6 +62,7 @@ export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promi
       }
       const result = await putModel({
         schedulerUrl: flags.scheduler,
+        access,
         origin,
         manifest,
         policy: flags.placement,

@@ -1,5 +1,6 @@
 /** `weightcast scheduler --port P`: runs the swarm scheduler until Ctrl-C. */
 
+import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError } from '../../errors.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
@@ -9,7 +10,7 @@ import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-fl
 import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 import type { CatalogStore } from '../../seed/catalog/store.js';
 
-export interface SchedulerFlags extends ServerLimitFlags {
+export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   port: string;
   host: string;
   originReaders: string;
@@ -30,8 +31,12 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
+    const access = await resolveAccess(flags);
     const catalog = flags.catalog === undefined ? undefined : await openCatalog(flags.catalog);
     const scheduler = await startScheduler({
+      credentials: access.credentials,
+      ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),
+      insecure: access.insecure,
       ...(catalog === undefined ? {} : { catalog: catalog.routes }),
       host: flags.host,
       port,

@@ -16,6 +16,7 @@ export interface SimFlags {
   rackUplinkMbps?: string;
   latencyMs: string;
   failHosts: string;
+  schedulerLossS?: string;
   seed: string;
   downloads: string;
   uploads: string;
@@ -57,6 +58,9 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     originReaders: 0,
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
+    ...(flags.schedulerLossS === undefined
+      ? {}
+      : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),
   };
   options.originReaders =
     flags.originReaders === undefined
@@ -100,6 +104,11 @@ function describe(options: SimOptions, result: SimResult, wallSeconds: number): 
     `origin / S    ${result.originRatio.toFixed(3)} (origin done at ${formatSeconds(result.originDoneMs / 1000)})`,
     `p50 / p99     ${formatSeconds(result.p50Ms / 1000)} / ${formatSeconds(result.p99Ms / 1000)}`,
     `hosts         ${result.hostsCompleted} completed, ${result.hostsFailed} failed`,
+    ...(options.schedulerLossAtMs === undefined
+      ? []
+      : [
+          `fallback      scheduler gone at ${formatSeconds(options.schedulerLossAtMs / 1000)}: ${result.fallbackTransfers} transfers the hosts chose themselves, ${result.fallbackBusy} refused as busy`,
+        ]),
     `simulated     ${result.transfers} transfers in ${result.ticks} ticks of ${result.tickMs.toFixed(3)} ms; ${formatSeconds(wallSeconds)} of wall time`,
   ];
   return lines.join('\n') + '\n';

@@ -4,10 +4,10 @@ import { Option } from 'commander';
 import type { DistributeFlags } from '../commands/distribute.js';
 import { DISTRIBUTE_MODES } from '../../seed/plan/types.js';
 import type { RegisterCommand } from './index.js';
+import { withAccessOptions } from './shared.js';
 
 export const registerDistribute: RegisterCommand = (program, io, setExitCode) => {
-  program
-    .command('distribute')
+  withAccessOptions(program.command('distribute'), 'operator')
     .description("Re-lay a model's pieces over the seed tier (dry run unless --apply)")
     .argument('<model>', "the model's digest, sha256:<hex>")
     .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog')

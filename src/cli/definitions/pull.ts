@@ -3,14 +3,14 @@
 import type { PullFlags } from '../commands/pull.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../pull/defaults.js';
 import type { RegisterCommand } from './index.js';
-import { withOriginRetryOption, withTokenOption } from './shared.js';
+import { withAccessOptions, withOriginRetryOption, withTokenOption } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 /** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
 export const SEED_READS_PER_NODE = 4;
 
 export const registerPull: RegisterCommand = (program, io, setExitCode) => {
-  withOriginRetryOption(withTokenOption(program.command('pull')))
+  withOriginRetryOption(withAccessOptions(withTokenOption(program.command('pull')), 'client'))
     .description('Download a model with every piece verified; resumes where it stopped')
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--to <dir>', 'destination directory')
@@ -41,6 +41,10 @@ export const registerPull: RegisterCommand = (program, io, setExitCode) => {
       "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
     )
     .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
+    .option(
+      '--insecure',
+      'with --scheduler: serve peers on a non-loopback --listen without a cluster credential',
+    )
     .option('--advertise <url>', 'with --scheduler: the URL peers use to reach this pull')
     .option('--upload-mbps <mbit/s>', 'with --scheduler: cap on what this pull sends to peers')
     .option('--download-mbps <mbit/s>', 'with --scheduler: cap on what this pull receives')

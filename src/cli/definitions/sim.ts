@@ -23,6 +23,10 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
     )
     .option('--latency-ms <ms>', 'request latency before a transfer’s first byte', '0.5')
     .option('--fail-hosts <n>', 'hosts that fail during the run', '0')
+    .option(
+      '--scheduler-loss-s <s>',
+      'the scheduler goes away this many seconds in: every host fetches on with the agents’ fallback policy',
+    )
     .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
     .option('--downloads <n>', 'pieces a host downloads at once', '4')
     .option('--uploads <n>', 'pieces a host uploads at once', '4')

@@ -22,6 +22,7 @@
  */
 
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError, throwIfAborted } from '../../errors.js';
 import { CatalogClient } from '../catalog/client.js';
 import { SeedNodeClient } from '../node/client.js';
@@ -35,6 +36,8 @@ export type CrashStep = (typeof CRASH_STEPS)[number];
 
 export interface ApplyOptions {
   schedulerUrl: string;
+  /** The operator's credential (and TLS) for the catalog and the seed nodes. */
+  access?: ServiceAccess;
   /** The model's hex name. */
   model: string;
   mode: DistributeMode;
@@ -146,7 +149,7 @@ class Applier {
     private readonly options: ApplyOptions,
     private readonly journal: MoveJournal,
   ) {
-    this.catalog = new CatalogClient(options.schedulerUrl);
+    this.catalog = new CatalogClient(options.schedulerUrl, options.access);
     this.deletionSignal = options.signal
       ? AbortSignal.any([options.signal, this.stopDeletions.signal])
       : this.stopDeletions.signal;
@@ -494,7 +497,7 @@ class Applier {
   private learnNodes(snapshot: ModelSnapshot): void {
     for (const node of snapshot.nodes) {
       if (this.clients.get(node.name)?.base.startsWith(node.url.replace(/\/+$/, '')) !== true) {
-        this.clients.set(node.name, new SeedNodeClient(node.name, node.url));
+        this.clients.set(node.name, new SeedNodeClient(node.name, node.url, this.options.access));
       }
     }
   }

@@ -4,6 +4,7 @@
  */
 
 import { createHash } from 'node:crypto';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import type { Manifest } from '../../manifest/manifest.js';
 import { SeedOrigin } from '../read/seed-origin.js';
@@ -24,10 +25,12 @@ export async function tierFileHashes(
   hex: string,
   manifest: Manifest,
   signal?: AbortSignal,
+  access: ServiceAccess = {},
 ): Promise<FileHash[]> {
   const origin = await SeedOrigin.open(hex, {
     schedulerUrl,
     manifest,
+    access,
     ...(signal === undefined ? {} : { signal }),
   });
   try {

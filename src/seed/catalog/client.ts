@@ -4,6 +4,7 @@
  * has a timeout; answers are checked with the wire schemas.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import {
@@ -29,7 +30,11 @@ export interface CallSignal {
 export class CatalogClient {
   readonly base: string;
 
-  constructor(schedulerUrl: string) {
+  constructor(
+    schedulerUrl: string,
+    /** The credential (and TLS) the calls carry. */
+    readonly access: ServiceAccess = {},
+  ) {
     this.base = `${schedulerUrl.replace(/\/+$/, '')}/v1/catalog`;
   }
 
@@ -42,6 +47,7 @@ export class CatalogClient {
       method: 'PUT',
       body: { url, ...(options.active === undefined ? {} : { active: options.active }) },
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(catalogNodeSchema, body, 'node registration answer');
@@ -50,6 +56,7 @@ export class CatalogClient {
   async nodes(options: CallSignal = {}): Promise<CatalogNode[]> {
     const body = await seedCall(`${this.base}/nodes`, 'the catalog', {
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(z.object({ nodes: z.array(catalogNodeSchema) }), body, 'node list').nodes;
@@ -58,6 +65,7 @@ export class CatalogClient {
   async models(options: CallSignal = {}): Promise<string[]> {
     const body = await seedCall(`${this.base}/models`, 'the catalog', {
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(z.object({ models: z.array(z.string()) }), body, 'model list').models;
@@ -68,6 +76,7 @@ export class CatalogClient {
     try {
       const body = await seedCall(`${this.base}/models/${model}`, 'the catalog', {
         timeoutMs: CALL_TIMEOUT_MS,
+        access: this.access,
         signal: options.signal,
       });
       return parseBody(modelSnapshotSchema, body, 'catalog snapshot');
@@ -91,6 +100,7 @@ export class CatalogClient {
   async manifest(model: string, options: CallSignal = {}): Promise<Manifest> {
     const bytes = await seedCallRaw(`${this.base}/models/${model}/manifest`, 'the catalog', {
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     const manifest = parseManifest(bytes, 'the catalog manifest');
@@ -108,6 +118,7 @@ export class CatalogClient {
       body: encodeManifest(manifest),
       timeoutMs: CALL_TIMEOUT_MS,
       signal: options.signal,
+      access: this.access,
     });
   }
 
@@ -121,6 +132,7 @@ export class CatalogClient {
       method: 'POST',
       body: { manifest: encodeManifest(manifest).toString('utf8'), holders },
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(modelSnapshotSchema, body, 'catalog snapshot');
@@ -135,6 +147,7 @@ export class CatalogClient {
       method: 'POST',
       body: { updates },
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(commitResultSchema, body, 'commit answer').results;

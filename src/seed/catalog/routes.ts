@@ -14,9 +14,14 @@
  *
  * A conflicting compare-and-swap is not an error answer: its result says `ok: false` with the
  * entry's current version, so one call can commit some updates and report the others.
+ *
+ * Roles (the scheduler checks the credential first): a member may read, and may register a seed
+ * node that is new or re-register one unchanged (a seed node starting up); creating models,
+ * commits, re-pointing a node and draining it (`active`) are an operator's.
  */
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Role } from '../../auth/gate.js';
 import { WeightcastError } from '../../errors.js';
 import {
   commitSchema,
@@ -35,19 +40,24 @@ import { checkedManifest, type CatalogStore } from './store.js';
 import { MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */
-export type CatalogRoutes = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+export type CatalogRoutes = (req: IncomingMessage, res: ServerResponse, role: Role) => Promise<void>;
 
 export function catalogRoutes(store: CatalogStore): CatalogRoutes {
-  return async (req, res) => {
+  return async (req, res, role) => {
     try {
-      await route(store, req, res);
+      await route(store, req, res, role);
     } catch (error) {
       sendSeedError(res, error);
     }
   };
 }
 
-async function route(store: CatalogStore, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(
+  store: CatalogStore,
+  req: IncomingMessage,
+  res: ServerResponse,
+  role: Role,
+): Promise<void> {
   const { parts } = pathParts(req);
   // parts[0..1] are 'v1', 'catalog'.
   const [, , collection, name, action] = parts;
@@ -57,9 +67,13 @@ async function route(store: CatalogStore, req: IncomingMessage, res: ServerRespo
     if (method === 'PUT' && name !== undefined && parts.length === 4) {
       const nodeName = parseBody(nodeNameSchema, name, 'node name');
       const body = parseBody(registerNodeSchema, await readJson(req), 'node registration');
+      const known = store.listNodes().find((node) => node.name === nodeName);
+      const unchanged = body.active === undefined && (known === undefined || known.url === body.url);
+      if (!unchanged) requireOperator(role, `re-pointing or draining seed node ${nodeName}`);
       return sendJson(res, 200, await store.registerNode(nodeName, body.url, body.active));
     }
   }
+  if (method !== 'GET') requireOperator(role, `${method} ${req.url ?? ''}`);
   if (collection === 'models') {
     if (method === 'GET' && name === undefined) return sendJson(res, 200, { models: store.listModels() });
     if (name !== undefined) {
@@ -88,4 +102,13 @@ async function route(store: CatalogStore, req: IncomingMessage, res: ServerRespo
     }
   }
   throw new WeightcastError('USAGE', `no catalog route ${method} ${req.url ?? ''}`);
+}
+
+function requireOperator(role: Role, what: string): void {
+  if (role !== 'operator') {
+    throw new WeightcastError(
+      'FORBIDDEN',
+      `${what} is an operator's change to the catalog (WEIGHTCAST_OPERATOR_TOKEN or --operator-token-file)`,
+    );
+  }
 }

@@ -1,5 +1,6 @@
 /** Calls to one seed node's `/v1/seed` routes, typed and checked; each takes an AbortSignal. */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { encodeManifest, manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import { heldSchema, parseBody, seedCall, seedCallRaw, storeResultSchema, verifySchema } from '../wire.js';
 
@@ -16,6 +17,8 @@ export class SeedNodeClient {
   constructor(
     readonly name: string,
     url: string,
+    /** The credential (and TLS) the calls carry. */
+    readonly access: ServiceAccess = {},
   ) {
     this.base = `${url.replace(/\/+$/, '')}/v1/seed/models`;
   }
@@ -30,6 +33,7 @@ export class SeedNodeClient {
       method: 'PUT',
       body: encodeManifest(manifest),
       timeoutMs: TRANSFER_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
   }
@@ -37,6 +41,7 @@ export class SeedNodeClient {
   async held(hex: string, options: NodeCallOptions = {}): Promise<number[]> {
     const body = await seedCall(`${this.base}/${hex}/pieces`, this.what(), {
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(heldSchema, body, 'held pieces').held;
@@ -52,6 +57,7 @@ export class SeedNodeClient {
       method: 'PUT',
       body: bytes,
       timeoutMs: TRANSFER_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(storeResultSchema, body, 'put answer').result;
@@ -60,6 +66,7 @@ export class SeedNodeClient {
   async getPiece(hex: string, piece: number, length: number, options: NodeCallOptions = {}): Promise<Buffer> {
     return seedCallRaw(`${this.base}/${hex}/pieces/${piece}`, this.what(), {
       timeoutMs: TRANSFER_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
       maxBytes: length,
     });
@@ -69,6 +76,7 @@ export class SeedNodeClient {
     await seedCall(`${this.base}/${hex}/pieces/${piece}`, this.what(), {
       method: 'DELETE',
       timeoutMs: CALL_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
   }
@@ -81,6 +89,7 @@ export class SeedNodeClient {
     const body = await seedCall(`${this.base}/${hex}/pieces/${piece}/verify`, this.what(), {
       method: 'POST',
       timeoutMs: TRANSFER_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(verifySchema, body, 'verify answer');
@@ -100,6 +109,7 @@ export class SeedNodeClient {
         ...(options.bytesPerSecond === undefined ? {} : { bytesPerSecond: options.bytesPerSecond }),
       },
       timeoutMs: TRANSFER_TIMEOUT_MS,
+      access: this.access,
       signal: options.signal,
     });
     return parseBody(storeResultSchema, body, 'copy answer').result;

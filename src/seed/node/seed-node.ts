@@ -23,6 +23,8 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { request } from 'undici';
+import type { Role } from '../../auth/gate.js';
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { parseManifest, manifestDigest, MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
 import { Throttle } from '../../util/throttle.js';
@@ -36,6 +38,7 @@ import {
   readJson,
   sendSeedError,
   sendJson,
+  seedRequestAccess,
 } from '../wire.js';
 import { SeedPieceStore } from './piece-files.js';
 
@@ -50,6 +53,8 @@ export interface SeedNodeOptions {
   uploadsMax?: number;
   /** Fault injection for tests: store every piece with one byte flipped. */
   corruptStores?: boolean;
+  /** The cluster credential (and TLS) this node sends: to the catalog, and to the nodes it copies from. */
+  access?: ServiceAccess;
 }
 
 const COPY_TIMEOUT_MS = 300_000;
@@ -75,7 +80,7 @@ export class SeedNode {
     private readonly options: SeedNodeOptions,
   ) {
     this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
-    this.catalog = new CatalogClient(options.catalogUrl);
+    this.catalog = new CatalogClient(options.catalogUrl, options.access);
   }
 
   static async open(options: SeedNodeOptions): Promise<SeedNode> {
@@ -87,7 +92,7 @@ export class SeedNode {
 
   /** Registers this node with the catalog, retrying while the scheduler starts (bounded). */
   async register(schedulerUrl: string, name: string, url: string, signal?: AbortSignal): Promise<void> {
-    const catalog = new CatalogClient(schedulerUrl);
+    const catalog = new CatalogClient(schedulerUrl, this.options.access);
     for (let attempt = 1; ; attempt++) {
       try {
         await catalog.registerNode(name, url, { signal });
@@ -100,9 +105,19 @@ export class SeedNode {
     }
   }
 
-  /** Answers a request under `/v1/seed` (errors included). */
-  readonly handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  /**
+   * Answers a request under `/v1/seed` (errors included) from a caller whose credential the agent
+   * checked: reads are a member's; storing, deleting, verifying and copying pieces an operator's.
+   */
+  readonly handle = async (req: IncomingMessage, res: ServerResponse, role: Role): Promise<void> => {
     try {
+      const method = req.method ?? 'GET';
+      if (method !== 'GET' && method !== 'HEAD' && role !== 'operator') {
+        throw new WeightcastError(
+          'FORBIDDEN',
+          `${method} on a seed node is an operator's change (WEIGHTCAST_OPERATOR_TOKEN or --operator-token-file)`,
+        );
+      }
       await this.route(req, res);
     } catch (error) {
       sendSeedError(res, error);
@@ -329,17 +344,27 @@ export class SeedNode {
       `${source}/v1/seed/models/${hex}/pieces/${piece}`,
       map.pieceLength(piece),
       bytesPerSecond,
+      this.options.access,
     );
     return this.store.put(hex, piece, bytes);
   }
 }
 
 /** GETs a piece from a seed node into one buffer, at most `bytesPerSecond` when given. */
-async function fetchPiece(url: string, length: number, bytesPerSecond: number | undefined): Promise<Buffer> {
+async function fetchPiece(
+  url: string,
+  length: number,
+  bytesPerSecond: number | undefined,
+  access: ServiceAccess | undefined,
+): Promise<Buffer> {
   const throttle = new Throttle(bytesPerSecond);
   let response;
   try {
-    response = await request(url, { method: 'GET', signal: AbortSignal.timeout(COPY_TIMEOUT_MS) });
+    response = await request(url, {
+      method: 'GET',
+      signal: AbortSignal.timeout(COPY_TIMEOUT_MS),
+      ...seedRequestAccess(access),
+    });
   } catch (error) {
     throw new WeightcastError(
       'SEED_NODE_UNREACHABLE',
@@ -350,9 +375,13 @@ async function fetchPiece(url: string, length: number, bytesPerSecond: number | 
   }
   if (response.statusCode !== 200) {
     const text = await response.body.text().catch(() => '');
-    const code = /"code":"(SEED_PIECE_NOT_HELD|SEED_UNKNOWN_MODEL|SWARM_BUSY)"/.exec(text)?.[1];
+    const code = /"code":"(SEED_PIECE_NOT_HELD|SEED_UNKNOWN_MODEL|SWARM_BUSY|UNAUTHORIZED)"/.exec(text)?.[1];
     throw new WeightcastError(
-      code === 'SWARM_BUSY' ? 'SWARM_BUSY' : code === undefined ? 'SWARM_PROTOCOL' : 'SEED_PIECE_NOT_HELD',
+      code === 'SWARM_BUSY' || code === 'UNAUTHORIZED'
+        ? code
+        : code === undefined
+          ? 'SWARM_PROTOCOL'
+          : 'SEED_PIECE_NOT_HELD',
       `the source seed node answered ${response.statusCode} for ${url}`,
       { url },
     );

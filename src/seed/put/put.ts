@@ -10,6 +10,7 @@
  * every piece is the map committed to the catalog, so a map never names a copy that is not there.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, throwIfAborted } from '../../errors.js';
 import { manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import type { Origin } from '../../origin/origin.js';
@@ -25,6 +26,8 @@ import { verifyPiece } from '../../piece/verify.js';
 
 export interface PutOptions {
   schedulerUrl: string;
+  /** The operator's credential (and TLS) for the catalog and the seed nodes. */
+  access?: ServiceAccess;
   origin: Origin;
   manifest: Manifest;
   policy: PlacementPolicy;
@@ -65,7 +68,7 @@ export interface PutResult {
 export async function putModel(options: PutOptions): Promise<PutResult> {
   const { manifest, signal } = options;
   const model = manifestDigest(manifest).slice('sha256:'.length);
-  const catalog = new CatalogClient(options.schedulerUrl);
+  const catalog = new CatalogClient(options.schedulerUrl, options.access);
   const existing = await catalog.snapshot(model, { signal });
   if (existing !== undefined) {
     return { model, snapshot: existing, alreadyPresent: true, piecesSent: 0, bytesSent: 0 };
@@ -90,7 +93,9 @@ export async function putModel(options: PutOptions): Promise<PutResult> {
   );
   // Seed nodes take pieces only for models whose manifest the catalog has.
   await catalog.announceModel(manifest, { signal });
-  const clients = new Map(nodes.map((node) => [node.name, new SeedNodeClient(node.name, node.url)]));
+  const clients = new Map(
+    nodes.map((node) => [node.name, new SeedNodeClient(node.name, node.url, options.access)]),
+  );
   const held = new Map<string, Set<number>>();
   for (const [name, client] of clients) {
     await client.putManifest(manifest, { signal });

@@ -9,6 +9,7 @@
  * the catalog for the map again (a bounded number of times) and reads from the new holder.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError, throwIfAborted } from '../../errors.js';
 import type { Manifest } from '../../manifest/manifest.js';
 import { HttpOrigin } from '../../origin/http.js';
@@ -25,6 +26,8 @@ export interface SeedOriginOptions {
   /** Times the map is fetched again after reads fail. Default 8. */
   mapRefreshesMax?: number;
   signal?: AbortSignal;
+  /** The credential (and TLS) for the catalog and the seed nodes. */
+  access?: ServiceAccess;
 }
 
 export interface SeedReadStats {
@@ -50,7 +53,7 @@ export class SeedOrigin implements Origin {
     snapshot: ModelSnapshot,
   ) {
     this.map = new PieceMap(options.manifest);
-    this.catalog = new CatalogClient(options.schedulerUrl);
+    this.catalog = new CatalogClient(options.schedulerUrl, options.access);
     this.snapshot = snapshot;
     this.location = `${this.catalog.base}/models/${hex}`;
     this.files = options.manifest.files.map((file) => ({ path: file.path, size: file.size }));
@@ -63,7 +66,7 @@ export class SeedOrigin implements Origin {
 
   /** Reads the model's map from the catalog and checks it fits the manifest. */
   static async open(hex: string, options: SeedOriginOptions): Promise<SeedOrigin> {
-    const catalog = new CatalogClient(options.schedulerUrl);
+    const catalog = new CatalogClient(options.schedulerUrl, options.access);
     const snapshot = await catalog.requireSnapshot(hex, { signal: options.signal });
     const origin = new SeedOrigin(hex, options, snapshot);
     if (snapshot.pieces.length !== origin.map.pieceCount) {
@@ -164,6 +167,8 @@ export class SeedOrigin implements Origin {
       retries: 2,
       backoffBaseMs: 50,
       backoffMaxMs: 1000,
+      ...(this.options.access?.token === undefined ? {} : { token: this.options.access.token }),
+      tls: this.options.access?.tls,
     });
     this.nodeOrigins.set(name, origin);
     return origin;

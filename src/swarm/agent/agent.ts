@@ -26,6 +26,14 @@ import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve, sep } from 'node:path';
 import { z } from 'zod';
+import { Gate, type Role, type ServiceCredentials } from '../../auth/gate.js';
+import {
+  assertListenAllowed,
+  createServiceServer,
+  schemeOf,
+  type ServerTls,
+  type ServiceAccess,
+} from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
@@ -92,7 +100,19 @@ export interface AgentOptions {
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
   /** `--role seed`: the seed node's routes, answered under `/v1/seed` (src/seed/node). */
-  seedRoutes?: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  seedRoutes?: (req: IncomingMessage, res: ServerResponse, role: Role) => Promise<void>;
+  /**
+   * Who may use the peer API (HTTP routes and the peer wire) and the seed routes: the cluster
+   * token's holders, and for seed changes the operator's. None: anyone (loopback demos). The local
+   * API needs no token: it answers only this machine (and no web page).
+   */
+  credentials?: ServiceCredentials;
+  /** What this agent sends to the scheduler and its peers. */
+  access?: ServiceAccess;
+  /** Serve the peer API (and the local API on the main port) with HTTPS. */
+  tls?: ServerTls;
+  /** Listen on a non-loopback address without credentials (else refused: USAGE). */
+  insecure?: boolean;
 }
 
 export type AgentEvent =
@@ -189,6 +209,7 @@ export class Agent {
   private readonly downloadThrottle: Throttle;
   private readonly uploads: UploadSlots;
   private readonly peerWire: PeerWireServer;
+  private readonly gate: Gate;
   private localReads = 0;
   private server!: Server;
   /** The local API on 127.0.0.1, when the main server listens elsewhere. */
@@ -203,8 +224,10 @@ export class Agent {
     this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
     this.downloadThrottle = new Throttle(options.downloadBytesPerSecond);
     this.uploads = new UploadSlots(options.uploadsMax ?? 8);
+    this.gate = new Gate(options.credentials);
     this.peerWire = new PeerWireServer({
       model: (hex) => this.servedModel(hex),
+      authenticate: (credential) => this.gate.roleOfSecret(credential) !== undefined,
       uploads: this.uploads,
       throttle: this.uploadThrottle,
       ...(options.corruptUploads === true ? { corruptUploads: true } : {}),
@@ -382,6 +405,7 @@ export class Agent {
         store,
         origin,
         schedulerUrl: this.options.schedulerUrl,
+        ...(this.options.access === undefined ? {} : { access: this.options.access }),
         identity: {
           name: `${this.name}/${hex.slice(0, 12)}`,
           url: this.url,
@@ -486,7 +510,10 @@ export class Agent {
    * moving bytes about half a second later than a warm one on a busy 2-core host.
    */
   private async warmUp(): Promise<void> {
-    await callJson(`${this.url}/healthz`, 'this agent', { timeoutMs: 5000 }).catch(() => undefined);
+    await callJson(`${this.url}/healthz`, 'this agent', {
+      timeoutMs: 5000,
+      access: this.options.access,
+    }).catch(() => undefined);
     parseMessage(syncReplySchema, { assignments: [], cancellations: [], peers: [] }, 'warm-up');
   }
 
@@ -505,7 +532,13 @@ export class Agent {
   // ---- HTTP ------------------------------------------------------------------------------------
 
   private async listen(): Promise<void> {
-    this.server = this.httpServer();
+    assertListenAllowed(
+      this.options.host ?? '127.0.0.1',
+      this.options.credentials ?? {},
+      this.options.insecure === true,
+      'the agent',
+    );
+    this.server = this.httpServer(this.options.tls);
     // Peers reach the peer wire on the port they know (the loopback server is for the local API).
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       if (new URL(req.url ?? '/', 'http://agent').pathname === PEER_WIRE_PATH && PeerWireServer.wants(req)) {
@@ -528,28 +561,34 @@ export class Agent {
       );
     }
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-    this.url = this.options.advertiseUrl ?? `http://${host}:${address.port}`;
+    this.url = this.options.advertiseUrl ?? `${schemeOf(this.options.tls)}://${host}:${address.port}`;
     if (!isLoopbackAddress(address.address)) await this.listenOnLoopback(address.port);
   }
 
-  private httpServer(): Server {
+  private httpServer(tls?: ServerTls): Server {
     // A request must arrive whole within the timeout (a slow body holds a connection and its buffer).
     const requestTimeoutMs = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
     this.limits ??= resolveLimits(
       { requestTimeoutMs, ...this.options.limits },
       { headersTimeoutMs: 30_000, keepAliveTimeoutMs: 30_000 },
     );
-    return createLimitedServer(this.limits, (req, res) => {
-      this.handle(req, res).catch((error: unknown) => {
-        if (res.headersSent) res.destroy();
-        else sendError(res, error);
-      });
-    });
+    return createLimitedServer(
+      this.limits,
+      (req, res) => {
+        this.handle(req, res).catch((error: unknown) => {
+          if (res.headersSent) res.destroy();
+          else sendError(res, error);
+        });
+      },
+      { create: (options, listener) => createServiceServer(tls, options, listener) },
+    );
   }
 
   /**
    * The local API on 127.0.0.1 at the agent's port, so `weightcast pull` on this host finds the
-   * agent without a flag. A port taken there (another agent) only loses that convenience.
+   * agent without a flag. A port taken there (another agent) only loses that convenience. Plain
+   * HTTP even when the main port has TLS: loopback traffic does not leave the machine, and a pull
+   * finds its agent with no certificate to trust.
    */
   private async listenOnLoopback(port: number): Promise<void> {
     const server = this.httpServer();
@@ -565,11 +604,12 @@ export class Agent {
     const url = new URL(req.url ?? '/', 'http://agent');
     const parts = url.pathname.split('/').filter((part) => part.length > 0);
     if (url.pathname === '/healthz') return sendJson(res, 200, { ok: true, name: this.name });
-    if (parts[0] === 'v1' && parts[1] === 'seed' && this.options.seedRoutes) {
-      return this.options.seedRoutes(req, res);
-    }
     if (parts[0] !== 'v1') return notFound(req, res);
+    if (parts[1] === 'seed' && this.options.seedRoutes) {
+      return this.options.seedRoutes(req, res, this.gate.authorize(req, 'member'));
+    }
     if (parts[1] === 'models' && parts[2] !== undefined) {
+      this.gate.authorize(req, 'member');
       const hex = parseMessage(modelHex, parts[2], 'model name');
       if ((req.method === 'GET' || req.method === 'HEAD') && parts[3] === 'files' && parts.length > 4) {
         return this.serveFile(hex, decodePath(parts.slice(4).join('/')), req, res, 'peer');

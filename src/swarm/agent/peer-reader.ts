@@ -6,6 +6,7 @@
  * offset in it.
  */
 
+import type { ServiceAccess } from '../../auth/transport.js';
 import { isWeightcastError } from '../../errors.js';
 import { HttpOrigin } from '../../origin/http.js';
 import type { OriginCallOptions } from '../../origin/origin.js';
@@ -24,6 +25,8 @@ export interface PeerReaderOptions {
   idleTimeoutMs: number;
   /** Use the peer wire (else HTTP only). */
   wire: boolean;
+  /** The cluster credential (HELLO, `Authorization`) and TLS for the peer. */
+  access?: ServiceAccess;
 }
 
 export class PeerReader {
@@ -31,10 +34,18 @@ export class PeerReader {
   private http: HttpOrigin | undefined;
 
   constructor(private readonly options: PeerReaderOptions) {
-    // The wire upgrades a plain-http agent port; a peer advertised behind https is read over HTTP.
+    // The wire upgrades the agent's port, over TLS for a peer advertised behind https.
     this.wire =
-      options.wire && options.url.startsWith('http:')
-        ? new PeerWireClient({ url: options.url, model: options.model, idleTimeoutMs: options.idleTimeoutMs })
+      options.wire && (options.url.startsWith('http:') || options.url.startsWith('https:'))
+        ? new PeerWireClient({
+            url: options.url,
+            model: options.model,
+            idleTimeoutMs: options.idleTimeoutMs,
+            tls: options.access?.tls,
+            ...(options.access?.token === undefined
+              ? {}
+              : { credential: Buffer.from(options.access.token, 'utf8') }),
+          })
         : undefined;
   }
 
@@ -87,6 +98,8 @@ export class PeerReader {
         headersTimeoutMs: idle,
         bodyIdleTimeoutMs: idle,
         connectTimeoutMs: idle,
+        ...(this.options.access?.token === undefined ? {} : { token: this.options.access.token }),
+        tls: this.options.access?.tls,
       },
     );
     return this.http;

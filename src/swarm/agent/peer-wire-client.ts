@@ -22,7 +22,9 @@
  * SWARM_PROTOCOL (details.wireRefused), so the caller can use HTTP instead.
  */
 
-import { connect, type Socket } from 'node:net';
+import { connect, isIP, type OnReadOpts, type Socket } from 'node:net';
+import { connect as connectTls, type ConnectionOptions } from 'node:tls';
+import type { ClientTls } from '../../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../../errors.js';
 import type { ReadProgress } from '../../origin/origin.js';
 import {
@@ -41,7 +43,7 @@ import {
 } from '../wire/peer-frames.js';
 
 export interface PeerWireClientOptions {
-  /** The peer's base URL, `http://host:port`. */
+  /** The peer's base URL, `http://host:port` (or `https://`: the wire then runs over TLS). */
   url: string;
   /** The model's manifest digest (hex). */
   model: string;
@@ -49,8 +51,10 @@ export interface PeerWireClientOptions {
   idleTimeoutMs: number;
   /** Requests written ahead on the connection. Default 4, at most REQUESTS_IN_FLIGHT_MAX. */
   pipeline?: number;
-  /** Sent in the HELLO (cluster authentication, later); empty by default. */
+  /** Sent in the HELLO: the cluster token; empty by default (a cluster without one). */
   credential?: Uint8Array;
+  /** For an `https:` peer: the CA to trust and a client certificate to present. */
+  tls?: ClientTls | undefined;
 }
 
 export interface WireReadOptions {
@@ -98,7 +102,7 @@ export class PeerWireClient {
     const pipeline = options.pipeline ?? PIPELINE_DEFAULT;
     assert(Number.isSafeInteger(pipeline) && pipeline >= 1 && pipeline <= REQUESTS_IN_FLIGHT_MAX, 'pipeline');
     const url = new URL(options.url);
-    assert(url.protocol === 'http:', 'the peer wire upgrades plain-http agent ports');
+    assert(url.protocol === 'http:' || url.protocol === 'https:', 'the peer wire upgrades agent ports');
     this.options = options;
     this.pipeline = pipeline;
     this.model = modelDigestBytes(options.model);
@@ -238,14 +242,22 @@ class WireConnection {
   ) {
     const url = new URL(options.url);
     const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
-    this.socket = connect({
+    const onread = { buffer: () => this.nextBuffer(), callback: (count: number) => this.onRead(count) };
+    const secure = url.protocol === 'https:';
+    // Over TLS the decrypted bytes land in the same buffers: tls.connect takes `onread` since Node
+    // 15.1 (nodejs/node#35753), though @types/node does not list it.
+    const tlsOptions: ConnectionOptions & { onread: OnReadOpts } = {
       host,
-      port: url.port === '' ? 80 : Number(url.port),
-      noDelay: true,
-      onread: { buffer: () => this.nextBuffer(), callback: (count) => this.onRead(count) },
-    });
+      port: url.port === '' ? 443 : Number(url.port),
+      ...(isIP(host) === 0 ? { servername: host } : {}),
+      onread,
+      ...options.tls,
+    };
+    this.socket = secure
+      ? connectTls(tlsOptions).setNoDelay(true)
+      : connect({ host, port: url.port === '' ? 80 : Number(url.port), noDelay: true, onread });
     this.armTimer();
-    this.socket.on('connect', () => this.onConnect(url));
+    this.socket.on(secure ? 'secureConnect' : 'connect', () => this.onConnect(url));
     this.socket.on('end', () => this.fail(undefined, true));
     this.socket.on('error', (error) => this.fail(error, true));
     this.closed = new Promise<void>((resolve) => {

@@ -61,6 +61,8 @@ export interface PeerWireServerOptions {
   helloTimeoutMs?: number;
   /** Connections at once. Default 1024. */
   connectionsMax?: number;
+  /** Whether a HELLO's credential admits the peer (the cluster token); default: everyone. */
+  authenticate?: (credential: Uint8Array) => boolean;
 }
 
 /** Under a throttle, bytes go out in chunks this large, each paid for before it is written. */
@@ -132,7 +134,10 @@ class ServerConnection {
           this.goodbye(WireStatus.badVersion, `this agent speaks version ${PEER_WIRE_VERSION}`);
           return;
         }
-        // The credential is not checked yet: cluster token authentication will fill it.
+        if (this.options.authenticate?.(event.hello.credential) === false) {
+          this.goodbye(WireStatus.unauthorized, 'this agent needs the cluster credential in the HELLO');
+          return;
+        }
         const model = this.options.model(hex);
         if (model === undefined) {
           this.goodbye(WireStatus.unknownModel, `this agent has not joined model ${hex}`);

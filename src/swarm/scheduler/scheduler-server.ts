@@ -8,6 +8,8 @@
 
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { Gate, type ServiceCredentials } from '../../auth/gate.js';
+import { assertListenAllowed, createServiceServer, schemeOf, type ServerTls } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
 import { PieceMap } from '../../piece/piece-map.js';
@@ -30,6 +32,15 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   catalog?: CatalogRoutes;
   /** Timeouts, connections per address and the body budget (src/util/server-limits.ts). */
   limits?: Partial<ServerLimits>;
+  /**
+   * Who may call: members (the cluster token) use the swarms and read the catalog; operators (the
+   * operator token) also change it. None: every caller may do everything (loopback demos).
+   */
+  credentials?: ServiceCredentials;
+  /** Listen with HTTPS. */
+  tls?: ServerTls;
+  /** Listen on a non-loopback address without credentials (else refused: USAGE). */
+  insecure?: boolean;
 }
 
 /**
@@ -74,6 +85,12 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       Object.entries(options).filter(([key, value]) => key in SWARM_SERVICE_DEFAULTS && value !== undefined),
     ),
   };
+  assertListenAllowed(
+    options.host ?? '127.0.0.1',
+    options.credentials ?? {},
+    options.insecure === true,
+    'the scheduler',
+  );
   const swarmsMax = options.swarmsMax ?? 64;
   const hostsMax = options.hostsMax ?? 4096;
   const swarms = new Map<string, SwarmService>();
@@ -89,11 +106,16 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
    */
   const channelOfHost = new Map<string, { socket: Socket; retire: () => void }>();
 
+  const gate = new Gate(options.credentials);
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://scheduler');
     const parts = url.pathname.split('/').filter((part) => part.length > 0);
     if (req.method === 'GET' && url.pathname === '/healthz') return sendJson(res, 200, { ok: true });
-    if (parts[0] === 'v1' && parts[1] === 'catalog' && options.catalog) return options.catalog(req, res);
+    // Every other route needs a credential, checked before a body is read.
+    const role = gate.authorize(req, 'member');
+    if (parts[0] === 'v1' && parts[1] === 'catalog' && options.catalog)
+      return options.catalog(req, res, role);
     if (parts[0] !== 'v1' || parts[1] !== 'swarms' || parts[2] === undefined) {
       return sendJson(res, 404, { code: 'NOT_FOUND', message: `no route ${req.method} ${url.pathname}` });
     }
@@ -302,9 +324,11 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     (req, res) => {
       handle(req, res).catch((error: unknown) => sendError(res, error));
     },
+    { create: (serverOptions, listener) => createServiceServer(options.tls, serverOptions, listener) },
   );
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     try {
+      gate.authorize(req, 'member');
       openChannel(req, socket, head);
     } catch (error) {
       const status = error instanceof WeightcastError ? statusOf(error.code) : 500;
@@ -326,7 +350,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
   const address = server.address() as AddressInfo;
   const hostPart = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return {
-    url: `http://${hostPart}:${address.port}`,
+    url: `${schemeOf(options.tls)}://${hostPart}:${address.port}`,
     swarms,
     close: async () => {
       clearInterval(ticker);

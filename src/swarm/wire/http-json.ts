@@ -13,7 +13,8 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { request as httpsRequest } from 'node:https';
+import { authHeaders, httpsAgentOf, untrustedCertificate, type ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { takeBodyBytes } from '../../util/server-limits.js';
 import { JSON_BODY_BYTES_MAX } from './limits.js';
@@ -81,6 +82,7 @@ export function sendError(res: ServerResponse, error: unknown, statusFor = statu
   if (isWeightcastError(error)) {
     const status = statusFor(error.code);
     if (status === 503) res.setHeader('retry-after', '1');
+    if (status === 401) res.setHeader('www-authenticate', 'Bearer');
     sendJson(res, status, { code: error.code, message: error.message });
     return;
   }
@@ -89,13 +91,14 @@ export function sendError(res: ServerResponse, error: unknown, statusFor = statu
 
 /** Connections kept open between calls, so a member's calls to its scheduler reuse one. */
 const HTTP_AGENT = new HttpAgent({ keepAlive: true });
-const HTTPS_AGENT = new HttpsAgent({ keepAlive: true });
 
 export interface CallOptions {
   method?: 'GET' | 'POST' | 'DELETE';
   body?: unknown;
   timeoutMs: number;
   signal?: AbortSignal;
+  /** The credential and TLS settings for the service called. */
+  access?: ServiceAccess | undefined;
 }
 
 /**
@@ -107,10 +110,12 @@ export async function callJson(url: string, what: string, options: CallOptions):
   const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
   let response;
   try {
-    response = await send(url, options.method ?? 'GET', options.body, signal);
+    response = await send(url, options.method ?? 'GET', options.body, signal, options.access);
   } catch (error) {
     if (options.signal?.aborted === true)
       throw new WeightcastError('ABORTED', `${what}: aborted`, {}, { cause: error });
+    const untrusted = untrustedCertificate(error, url);
+    if (untrusted !== undefined) throw untrusted;
     throw new WeightcastError(
       'SCHEDULER_UNREACHABLE',
       `${what} at ${url} did not answer: ${(error as Error).message}`,
@@ -168,6 +173,7 @@ async function send(
   method: string,
   body: unknown,
   signal: AbortSignal,
+  access: ServiceAccess | undefined,
 ): Promise<IncomingMessage> {
   const target = new URL(url);
   const https = target.protocol === 'https:';
@@ -176,9 +182,13 @@ async function send(
     const request = (https ? httpsRequest : httpRequest)(target, {
       method,
       signal,
-      agent: https ? HTTPS_AGENT : HTTP_AGENT,
-      headers:
-        payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': payload.length },
+      agent: https ? httpsAgentOf(access) : HTTP_AGENT,
+      headers: {
+        ...authHeaders(access),
+        ...(payload === undefined
+          ? {}
+          : { 'content-type': 'application/json', 'content-length': payload.length }),
+      },
     });
     request.once('response', resolve);
     request.once('error', reject);

@@ -13,9 +13,10 @@
  *
  * Payloads:
  *   HELLO     magic "WCPW" (u32), version (u16), reserved u16 = 0, the model's manifest digest (32
- *             bytes), then a credential (0 to HELLO_CREDENTIAL_BYTES_MAX bytes; empty until cluster
- *             token authentication fills it). The client sends it first; the server answers with
- *             its own HELLO (empty credential) or a GOODBYE saying why not.
+ *             bytes), then a credential (0 to HELLO_CREDENTIAL_BYTES_MAX bytes: the cluster token,
+ *             empty when the cluster has none). The client sends it first; the server answers with
+ *             its own HELLO (empty credential) or a GOODBYE saying why not (UNAUTHORIZED: the
+ *             credential matches no token the server has).
  *   REQUEST   piece (u32, global index), offset in the piece (u32), length (u32): 12 bytes.
  *   RESPONSE  with status OK, exactly the bytes asked for (the raw piece bytes); otherwise empty.
  *   CANCEL    empty: the client no longer wants `requestId`. A request the server has not started is
@@ -395,6 +396,8 @@ export function statusError(status: WireStatus, what: string): WeightcastError {
       return new WeightcastError('ABORTED', `${what} was cancelled`);
     case WireStatus.unknownModel:
       return new WeightcastError('SWARM_UNKNOWN_MODEL', `${what}: the peer has not joined this model`);
+    case WireStatus.unauthorized:
+      return new WeightcastError('UNAUTHORIZED', `${what}: the peer did not accept our cluster credential`);
     default:
       return new WeightcastError('SWARM_PROTOCOL', `${what}: the peer answered status ${status}`);
   }

@@ -14,7 +14,9 @@
  */
 
 import { request } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
+import { authHeaders, httpsAgentOf, untrustedCertificate, type ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
 import { remoteError } from './http-json.js';
 import { errorBodySchema } from './protocol.js';
@@ -91,7 +93,12 @@ export function frameError(frame: unknown, what: string): WeightcastError | unde
  * Opens a channel (client side). Resolves with the upgraded socket; rejects with the scheduler's
  * own error (for example SWARM_UNKNOWN_HOST) or SCHEDULER_UNREACHABLE.
  */
-export function openChannel(url: string, signal: AbortSignal): Promise<{ socket: Socket; head: Buffer }> {
+export function openChannel(
+  url: string,
+  signal: AbortSignal,
+  access?: ServiceAccess,
+): Promise<{ socket: Socket; head: Buffer }> {
+  const https = url.startsWith('https:');
   return new Promise((resolve, reject) => {
     let settled = false;
     const settle = (fn: () => void): void => {
@@ -101,9 +108,10 @@ export function openChannel(url: string, signal: AbortSignal): Promise<{ socket:
       signal.removeEventListener('abort', onAbort);
       fn();
     };
-    const req = request(url, {
+    const req = (https ? httpsRequest : request)(url, {
       method: 'GET',
-      headers: { connection: 'Upgrade', upgrade: CHANNEL_PROTOCOL },
+      headers: { ...authHeaders(access), connection: 'Upgrade', upgrade: CHANNEL_PROTOCOL },
+      ...(https ? { agent: httpsAgentOf(access) } : {}),
     });
     const unreachable = (reason: string): WeightcastError =>
       new WeightcastError(
@@ -145,7 +153,9 @@ export function openChannel(url: string, signal: AbortSignal): Promise<{ socket:
         settle(() => reject(error));
       });
     });
-    req.on('error', (error) => settle(() => reject(unreachable(error.message))));
+    req.on('error', (error) =>
+      settle(() => reject(untrustedCertificate(error, url) ?? unreachable(error.message))),
+    );
     req.end();
   });
 }

@@ -1,0 +1,224 @@
+/**
+ * The simulator's hosts after the scheduler is gone: each runs the agents' fallback policy
+ * (swarm/core/fallback.ts) on what it alone knows, as a SwarmMember without a scheduler does:
+ *
+ * - the transfers under way when the scheduler went finish and count (the member keeps them);
+ * - every known peer's have-map is as old as the host's last refresh, at most `haveRefreshMs` (the
+ *   member asks its peers again when its copy is older than that); here every live host is a known
+ *   peer (the scheduler's replies name them to the member);
+ * - a host looks for work when one of its own fetches ends and every `pumpEveryMs` (the member's
+ *   loop); at most `downloadsMax` own fetches and `originReadsMax` origin reads at once;
+ * - a peer whose upload slots are full refuses: the host forgets that peer's map until its next
+ *   refresh and picks again (the member's fetch fails with SWARM_BUSY; here the refusal costs no
+ *   time, which flatters the fallback a little).
+ *
+ * A have-map costs no memory per host: each piece's arrival time is kept per holder, and a host
+ * that refreshed at time t sees exactly the pieces that arrived by t.
+ */
+
+import {
+  FALLBACK_HAVE_REFRESH_MS,
+  FALLBACK_PUMP_EVERY_MS,
+  pickFallbackFetches,
+  type FallbackPeer,
+} from '../swarm/core/fallback.js';
+import { Random } from '../swarm/core/random.js';
+import type { FluidNetwork } from './network.js';
+
+export interface FallbackSimOptions {
+  hosts: number;
+  pieceCount: number;
+  downloadsMax: number;
+  originReadsMax: number;
+  uploadsMax: number;
+  latencyMs: number;
+  seed: number;
+  /** The network endpoint of the origin. */
+  originEndpoint: number;
+  pieceBytes(piece: number): number;
+  /** Whether the scheduler's core had `host` hold `piece` when it went. */
+  heldAtLoss(host: number, piece: number): boolean;
+  haveRefreshMs?: number;
+  pumpEveryMs?: number;
+  /** Transfer ids for the hosts' own fetches start here (above the core's). */
+  firstTransferId: number;
+}
+
+interface OwnFetch {
+  dst: number;
+  piece: number;
+  src: number;
+}
+
+export class FallbackSim {
+  /** arrivedAt[host][piece]: when the host came to hold the piece (Infinity: not yet). */
+  private readonly arrivedAt: Float64Array[];
+  private readonly heldCount: Int32Array;
+  private readonly refreshedAt: Float64Array;
+  /** Peers each host has forgotten until its next refresh (they refused). */
+  private readonly forgotten: Array<Set<number>>;
+  private readonly fetchingPieces: Array<Set<number>>;
+  private readonly running: Int32Array;
+  private readonly originReads: Int32Array;
+  private readonly uploads: Int32Array;
+  private readonly own = new Map<number, OwnFetch>();
+  /** Each host's view of its peers, rebuilt when it refreshes, forgets a peer or a host dies. */
+  private readonly peerViews: Array<FallbackPeer<number>[] | undefined>;
+  private readonly leftover = new Map<number, { dst: number; piece: number; src: number }>();
+  private readonly dead = new Set<number>();
+  private readonly random: Random;
+  private nextTransferId: number;
+  private nextPumpMs: number;
+  transfers = 0;
+  busy = 0;
+
+  constructor(
+    private readonly options: FallbackSimOptions,
+    private readonly network: FluidNetwork,
+    atMs: number,
+  ) {
+    const { hosts, pieceCount } = options;
+    this.arrivedAt = Array.from({ length: hosts }, (_, host) => {
+      const arrived = new Float64Array(pieceCount).fill(Number.POSITIVE_INFINITY);
+      for (let piece = 0; piece < pieceCount; piece++)
+        if (options.heldAtLoss(host, piece)) arrived[piece] = atMs;
+      return arrived;
+    });
+    this.heldCount = Int32Array.from(this.arrivedAt, (arrived) => arrived.filter((t) => t <= atMs).length);
+    this.refreshedAt = new Float64Array(hosts).fill(atMs);
+    this.forgotten = Array.from({ length: hosts }, () => new Set<number>());
+    this.fetchingPieces = Array.from({ length: hosts }, () => new Set<number>());
+    this.running = new Int32Array(hosts);
+    this.originReads = new Int32Array(hosts);
+    this.uploads = new Int32Array(hosts + 1);
+    this.random = new Random(options.seed ^ 0xfa11bac);
+    this.nextTransferId = options.firstTransferId;
+    this.nextPumpMs = atMs;
+    this.peerViews = new Array<FallbackPeer<number>[] | undefined>(hosts).fill(undefined);
+  }
+
+  /** A transfer the scheduler assigned before it went, still under way. */
+  adoptLeftover(transferId: number, src: number, dst: number, piece: number): void {
+    this.leftover.set(transferId, { dst, piece, src });
+    this.fetchingPieces[dst]?.add(piece);
+    this.uploads[src] = (this.uploads[src] ?? 0) + 1;
+  }
+
+  isComplete(host: number): boolean {
+    return this.heldCount[host] === this.options.pieceCount;
+  }
+
+  /** A transfer finished (`delivered`) or vanished; returns whether it was one this class knows. */
+  settle(transferId: number, delivered: boolean, atMs: number): boolean {
+    const leftover = this.leftover.get(transferId);
+    const own = this.own.get(transferId);
+    if (leftover === undefined && own === undefined) return false;
+    const dst = (leftover ?? own)!.dst;
+    const piece = (leftover ?? own)!.piece;
+    this.leftover.delete(transferId);
+    this.own.delete(transferId);
+    this.fetchingPieces[dst]?.delete(piece);
+    const src = (leftover ?? own)!.src;
+    this.uploads[src] = (this.uploads[src] ?? 0) - 1;
+    if (own !== undefined) {
+      this.running[dst] = (this.running[dst] ?? 0) - 1;
+      if (src === this.options.originEndpoint) this.originReads[dst] = (this.originReads[dst] ?? 0) - 1;
+    }
+    if (delivered && !this.dead.has(dst)) {
+      const arrived = this.arrivedAt[dst] as Float64Array;
+      if (arrived[piece] === Number.POSITIVE_INFINITY) {
+        arrived[piece] = atMs;
+        this.heldCount[dst] = (this.heldCount[dst] ?? 0) + 1;
+      }
+    }
+    if (own !== undefined && !this.dead.has(dst)) this.pump(dst, atMs);
+    return true;
+  }
+
+  /** A host died: it fetches and serves nothing more. Its transfers are settled by the caller. */
+  removeHost(host: number): void {
+    this.dead.add(host);
+    this.peerViews.fill(undefined);
+  }
+
+  /** The members' periodic loop: every host looks for work every pumpEveryMs. */
+  tick(nowMs: number): void {
+    if (nowMs < this.nextPumpMs) return;
+    this.nextPumpMs = nowMs + (this.options.pumpEveryMs ?? FALLBACK_PUMP_EVERY_MS);
+    for (let host = 0; host < this.options.hosts; host++) this.pump(host, nowMs);
+  }
+
+  private pump(host: number, atMs: number): void {
+    if (this.dead.has(host) || this.isComplete(host)) return;
+    const refreshMs = this.options.haveRefreshMs ?? FALLBACK_HAVE_REFRESH_MS;
+    if (atMs - (this.refreshedAt[host] as number) >= refreshMs) {
+      this.refreshedAt[host] = atMs;
+      this.forgotten[host]?.clear();
+      this.peerViews[host] = undefined;
+    }
+    // Bounded: each refusal forgets one peer, so a pump retries at most once per peer.
+    for (let round = 0; round <= this.options.hosts; round++) {
+      const picks = pickFallbackFetches(this.viewOf(host), this.options, this.random);
+      if (picks.length === 0) return;
+      let refused = false;
+      for (const pick of picks) {
+        const src = pick.source.kind === 'origin' ? this.options.originEndpoint : pick.source.peer;
+        if (pick.source.kind === 'peer' && (this.uploads[src] ?? 0) >= this.options.uploadsMax) {
+          this.busy++;
+          this.forgotten[host]?.add(src);
+          this.peerViews[host] = undefined;
+          refused = true;
+          continue;
+        }
+        this.start(host, pick.piece, src, atMs);
+      }
+      if (!refused) return;
+    }
+  }
+
+  private viewOf(host: number): Parameters<typeof pickFallbackFetches<number>>[0] {
+    const peers = this.peerViews[host] ?? this.buildPeerView(host);
+    const mine = this.arrivedAt[host] as Float64Array;
+    const fetching = this.fetchingPieces[host] as Set<number>;
+    // Its place among the live hosts, itself included (the members sort the peer URLs they know).
+    let index = 0;
+    for (let other = 0; other < host; other++) if (!this.dead.has(other)) index++;
+    return {
+      stripe: { index, count: this.options.hosts - this.dead.size },
+      pieceCount: this.options.pieceCount,
+      holds: (piece) => (mine[piece] as number) !== Number.POSITIVE_INFINITY,
+      fetching: (piece) => fetching.has(piece),
+      urgent: new Set<number>(),
+      peers,
+      running: this.running[host] as number,
+      originReads: this.originReads[host] as number,
+    };
+  }
+
+  private buildPeerView(host: number): FallbackPeer<number>[] {
+    const seenAt = this.refreshedAt[host] as number;
+    const peers: FallbackPeer<number>[] = [];
+    for (let peer = 0; peer < this.options.hosts; peer++) {
+      if (peer === host || this.dead.has(peer)) continue;
+      if (this.forgotten[host]?.has(peer) === true) {
+        peers.push({ peer, pieces: undefined });
+        continue;
+      }
+      const arrived = this.arrivedAt[peer] as Float64Array;
+      peers.push({ peer, pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt } });
+    }
+    this.peerViews[host] = peers;
+    return peers;
+  }
+
+  private start(dst: number, piece: number, src: number, atMs: number): void {
+    const transferId = this.nextTransferId++;
+    this.own.set(transferId, { dst, piece, src });
+    this.fetchingPieces[dst]?.add(piece);
+    this.running[dst] = (this.running[dst] ?? 0) + 1;
+    if (src === this.options.originEndpoint) this.originReads[dst] = (this.originReads[dst] ?? 0) + 1;
+    this.uploads[src] = (this.uploads[src] ?? 0) + 1;
+    this.network.add(transferId, src, dst, this.options.pieceBytes(piece), atMs + this.options.latencyMs);
+    this.transfers++;
+  }
+}

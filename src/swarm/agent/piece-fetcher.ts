@@ -1,0 +1,260 @@
+/**
+ * PieceFetcher: the member's piece I/O. It fetches one piece from the origin or a peer into a
+ * reused piece buffer, under the host's download cap, and hands the bytes to the store, which
+ * verifies them against the manifest before writing. It keeps the member's byte counts and emits
+ * one `piece` event per fetch. Assigned fetches (member.ts) and fallback fetches
+ * (fallback-fetcher.ts) both go through it; neither knows how bytes move.
+ */
+
+import type { ServiceAccess } from '../../auth/transport.js';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
+import { isFinalOriginError, type Origin, type ReadProgress } from '../../origin/origin.js';
+import type { PieceMap } from '../../piece/piece-map.js';
+import type { Throttle } from '../../util/throttle.js';
+import type { Report } from '../wire/protocol.js';
+import type { MemberStore } from './member-store.js';
+import { PeerReader } from './peer-reader.js';
+
+export interface MemberStats {
+  /** Verified bytes stored from the origin and from peers; copies that arrived twice are not counted. */
+  originBytes: number;
+  peerBytes: number;
+  corruptPieces: number;
+  failedTransfers: number;
+  fallbackPieces: number;
+  /** Bytes of pieces that arrived after another copy was already stored (hedges, races). */
+  duplicateBytes: number;
+}
+
+export type PieceEvent = {
+  type: 'piece';
+  piece: number;
+  from: 'origin' | 'peer';
+  outcome: Report['outcome'];
+  bytes: number;
+  /** How long the fetch took, from the request to the last byte. */
+  ms: number;
+  /** Then how long verifying and storing took (absent when no bytes were stored). */
+  verifyMs?: number;
+  /** Of `ms`, the time until the first byte landed (queueing, request travel, the parent's start). */
+  waitMs?: number;
+  /** The peer's base URL (absent for the origin). */
+  parent?: string;
+};
+
+/** One piece on its way: what the fetcher and the member's pipelining notice share. */
+export interface Fetch {
+  piece: number;
+  controller: AbortController;
+  started: number;
+  length: number;
+  /** Bytes of the piece landed before the read in progress (capped reads go in chunks). */
+  landedBefore: number;
+  /** The read in progress counts its landed bytes here (OriginCallOptions.progress). */
+  progress: ReadProgress;
+  /**
+   * When the piece's first byte landed. A request pipelined behind another on the peer's one
+   * connection waits for it first: the transfer's rate is counted from here, not from `started`.
+   */
+  firstByteMs?: number;
+}
+
+export interface PieceFetcherOptions {
+  model: string;
+  map: PieceMap;
+  store: MemberStore;
+  origin: Origin;
+  downloadThrottle: Throttle;
+  peerIdleTimeoutMs: number;
+  peerWire: boolean;
+  /** The cluster credential (and TLS) sent to peers. */
+  access?: ServiceAccess | undefined;
+  onEvent?: (event: PieceEvent) => void;
+  /**
+   * The store could not write (a full disk, an I/O error), or the origin cannot give a piece (the
+   * file is not there, access is refused, an outage outlasted the retry budget): the model has to
+   * stop on this host.
+   */
+  onStoreFailure: (error: WeightcastError) => void;
+}
+
+export interface FetchResult {
+  outcome: Report['outcome'];
+  bytesPerSecond?: number;
+}
+
+/** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
+const READ_CHUNK_CAPPED_BYTES = 512 * 1024;
+
+export class PieceFetcher {
+  readonly stats: MemberStats = {
+    duplicateBytes: 0,
+    originBytes: 0,
+    peerBytes: 0,
+    corruptPieces: 0,
+    failedTransfers: 0,
+    fallbackPieces: 0,
+  };
+  /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
+  private readonly buffers: Buffer[] = [];
+  /** One reader per peer (a persistent connection), reading pieces straight into the buffers. */
+  private readonly peers = new Map<string, PeerReader>();
+  /** File path to manifest index, for the peer readers. */
+  private readonly fileIndex: ReadonlyMap<string, number>;
+
+  constructor(private readonly options: PieceFetcherOptions) {
+    this.fileIndex = new Map(options.map.manifest.files.map((file, index) => [file.path, index]));
+  }
+
+  newFetch(piece: number, controller: AbortController): Fetch {
+    return {
+      piece,
+      controller,
+      started: performance.now(),
+      length: this.options.map.pieceLength(piece),
+      landedBefore: 0,
+      progress: { filled: 0 },
+    };
+  }
+
+  /** Fetches, verifies and stores one piece; never throws (the outcome says what happened). */
+  async fetch(
+    fetch: Fetch,
+    /** 'origin', or the base URL of a peer. */
+    source: string,
+    signal: AbortSignal,
+  ): Promise<FetchResult> {
+    const buffer = this.buffers.pop() ?? Buffer.allocUnsafeSlow(this.options.map.pieceSize);
+    const result = await this.fetchInto(fetch, source, signal, buffer.subarray(0, fetch.length));
+    // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
+    // buffers whose read completed go back to the pool.
+    if (result.outcome === 'verified' || result.outcome === 'corrupt') this.buffers.push(buffer);
+    return result;
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.peers.values()].map((client) => client.close()));
+    this.peers.clear();
+  }
+
+  private async fetchInto(
+    fetch: Fetch,
+    source: string,
+    signal: AbortSignal,
+    bytes: Buffer,
+  ): Promise<FetchResult> {
+    const { piece, started } = fetch;
+    const length = bytes.length;
+    const from = source === 'origin' ? 'origin' : 'peer';
+    try {
+      const client = source === 'origin' ? this.options.origin : this.peerClient(source);
+      await this.readChunked(client, fetch, bytes, signal);
+    } catch (error) {
+      if (signal.aborted) return { outcome: 'cancelled' };
+      // An origin that lacks the file or stayed down past its retry budget: stop, do not loop.
+      if (from === 'origin' && isFinalOriginError(error))
+        this.options.onStoreFailure(error as WeightcastError);
+      this.stats.failedTransfers++;
+      this.options.onEvent?.({
+        type: 'piece',
+        piece,
+        from,
+        outcome: 'failed',
+        bytes: 0,
+        ms: performance.now() - started,
+      });
+      return { outcome: 'failed' };
+    }
+    const seconds = Math.max(1e-6, (performance.now() - started) / 1000);
+    const movingSeconds = Math.max(1e-6, (performance.now() - firstByteOf(fetch)) / 1000);
+    let result;
+    try {
+      result = await this.options.store.put(piece, bytes);
+    } catch (error) {
+      if (signal.aborted) return { outcome: 'cancelled' };
+      // The local disk failed, not the sender: stop the model rather than fetch what cannot be kept.
+      if (isWeightcastError(error) && error.code === 'IO') this.options.onStoreFailure(error);
+      return { outcome: 'failed' };
+    }
+    const event: PieceEvent = {
+      type: 'piece',
+      piece,
+      from,
+      outcome: result === 'corrupt' ? 'corrupt' : 'verified',
+      bytes: length,
+      ms: seconds * 1000,
+      verifyMs: performance.now() - started - seconds * 1000,
+      waitMs: firstByteOf(fetch) - started,
+      ...(from === 'peer' ? { parent: source } : {}),
+    };
+    if (result === 'corrupt') {
+      this.stats.corruptPieces++;
+      this.options.onEvent?.(event);
+      return { outcome: 'corrupt' };
+    }
+    if (result === 'duplicate') this.stats.duplicateBytes += length;
+    else if (from === 'origin') this.stats.originBytes += length;
+    else this.stats.peerBytes += length;
+    this.options.onEvent?.(event);
+    return { outcome: 'verified', bytesPerSecond: length / movingSeconds };
+  }
+
+  /**
+   * Reads a piece from the origin or a peer (a peer serves the model's files by byte range, only
+   * ranges it holds verified, so the same zero-copy ranged reads apply). Under a download cap the
+   * read goes in chunks, so the cap holds while the piece arrives. Each chunk's tokens are awaited
+   * while the chunk is in flight, not after it: paying afterwards would add the receiver's wait to
+   * the sender's pace (two caps in series), where a link allows the smaller of the two. Measured on
+   * the 8-agent loopback demo: that halved the swarm's throughput.
+   */
+  private async readChunked(
+    source: Pick<Origin, 'readInto'>,
+    fetch: Fetch,
+    buffer: Buffer,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const where = this.options.map.locate(fetch.piece);
+    const throttle = this.options.downloadThrottle;
+    if (!throttle.limited) {
+      fetch.landedBefore = 0;
+      await source.readInto(where.file.path, where.offset, buffer, { signal, progress: fetch.progress });
+      return;
+    }
+    for (let done = 0; done < buffer.length; done += READ_CHUNK_CAPPED_BYTES) {
+      const part = buffer.subarray(done, Math.min(buffer.length, done + READ_CHUNK_CAPPED_BYTES));
+      // The first chunk reads into the fetch's own progress object (the ending notice watches it).
+      if (done > 0) {
+        const chunkFirstByteMs = fetch.progress.firstByteMs;
+        if (chunkFirstByteMs !== undefined) fetch.firstByteMs ??= chunkFirstByteMs;
+        fetch.progress = { filled: 0 };
+      }
+      fetch.landedBefore = done;
+      await Promise.all([
+        source.readInto(where.file.path, where.offset + done, part, { signal, progress: fetch.progress }),
+        throttle.take(part.length, signal),
+      ]);
+    }
+  }
+
+  private peerClient(peerUrl: string): PeerReader {
+    let client = this.peers.get(peerUrl);
+    if (client === undefined) {
+      client = new PeerReader({
+        url: peerUrl,
+        model: this.options.model,
+        map: this.options.map,
+        fileIndex: this.fileIndex,
+        idleTimeoutMs: this.options.peerIdleTimeoutMs,
+        wire: this.options.peerWire,
+        ...(this.options.access === undefined ? {} : { access: this.options.access }),
+      });
+      this.peers.set(peerUrl, client);
+    }
+    return client;
+  }
+}
+
+/** When the fetch's bytes began to land: its first byte, else (none yet, or a local read) its start. */
+export function firstByteOf(fetch: Fetch): number {
+  return fetch.firstByteMs ?? fetch.progress.firstByteMs ?? fetch.started;
+}

@@ -1,0 +1,336 @@
+/**
+ * SchedulerSession: a member's conversation with the scheduler. It registers the host (with its
+ * have-map and, when small, the manifest), then holds the sync channel (wire/sync-channel.ts) open:
+ * replies (assignments, cancellations, known peers) are handed to the member as they arrive;
+ * reports, ending notices and urgent pieces go out batched per microtask; an empty sync every
+ * heartbeat says the host is alive, and a scheduler that sends nothing for `schedulerSilenceMs` is
+ * lost. A lost or unreachable scheduler is registered with again, with backoff, until the member
+ * closes; while it is unreachable `schedulerDown` is set and the member fetches on its own.
+ */
+
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Socket } from 'node:net';
+import type { ServiceAccess } from '../../auth/transport.js';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
+import type { PieceMap } from '../../piece/piece-map.js';
+import { callJson } from '../wire/http-json.js';
+import {
+  encodeBitfield,
+  parseMessage,
+  registeredSchema,
+  syncReplySchema,
+  SYNC_ITEMS_MAX,
+  type Register,
+  type Report,
+  type SyncReply,
+} from '../wire/protocol.js';
+import { FrameReader, encodeFrame, frameError, openChannel } from '../wire/sync-channel.js';
+import type { MemberStore } from './member-store.js';
+
+export interface MemberIdentity {
+  name: string;
+  /** Base URL of this host's piece server, as peers reach it. */
+  url: string;
+  zone?: string;
+  rack?: string;
+  uploadBytesPerSecond: number;
+  downloadBytesPerSecond: number;
+}
+
+export interface SchedulerSessionOptions {
+  model: string;
+  map: PieceMap;
+  manifestBytes: Buffer;
+  store: MemberStore;
+  schedulerUrl: string;
+  /** The cluster credential (and TLS) sent to the scheduler. */
+  access?: ServiceAccess | undefined;
+  identity: MemberIdentity;
+  schedulerSilenceMs: number;
+  manifestInlineBytesMax: number;
+  /** Aborted when the member closes. */
+  signal: AbortSignal;
+  /** Whether a transfer is still running (notices for ended ones are dropped). */
+  isRunning(transferId: number): boolean;
+  /** A reply's assignments and cancellations (also the first assignments of a registration). */
+  onReply(reply: SyncReply): void;
+  onRegistered(host: number): void;
+  /** The scheduler was lost (`announce`: say so; a first failed registration is not news). */
+  onLost(reason: string, announce: boolean): void;
+  /** The scheduler refused this host's credential or certificate: asking again cannot help. */
+  onRefused(error: WeightcastError): void;
+}
+
+const REGISTER_RETRY_MS = 500;
+/** Answers from the scheduler that trying again cannot change: the model stops with them. */
+const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED']);
+const REGISTER_RETRY_MAX_MS = 2000;
+const SCHEDULER_TIMEOUT_MS = 10_000;
+/** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
+const HEARTBEAT_MS = 2000;
+/** Weight of the newest sample in the running estimate of the scheduler round trip. */
+const EWMA_WEIGHT = 0.2;
+
+export class SchedulerSession {
+  /** The host id of the current registration, if any. */
+  host: number | undefined;
+  /** Set when the scheduler stopped answering; the member then fetches on its own. */
+  schedulerDown = false;
+  /** Peers the scheduler last named, for fetching on its own: base URLs. */
+  knownPeers: string[] = [];
+  /** Running estimate of a short sync's round trip. */
+  roundTripMs: number | undefined;
+  private readonly reports: Report[] = [];
+  private readonly urgentPieces = new Set<number>();
+  /** Transfers to announce as ending on the next sync. */
+  private readonly endingNotices = new Set<number>();
+  /** When the oldest unanswered report or notice went out (for the round-trip estimate). */
+  private roundTripFrom: number | undefined;
+  private channel: Socket | undefined;
+  private flushQueued = false;
+
+  constructor(private readonly options: SchedulerSessionOptions) {}
+
+  /** Registers and holds the channel, again and again, until the member closes. */
+  async run(): Promise<void> {
+    const signal = this.options.signal;
+    let backoff = REGISTER_RETRY_MS;
+    while (!signal.aborted) {
+      try {
+        if (this.host === undefined) {
+          await this.register();
+          backoff = REGISTER_RETRY_MS;
+          continue;
+        }
+        await this.runChannel(this.host);
+      } catch (error) {
+        if (signal.aborted) return;
+        // A scheduler that refuses our credential or certificate will refuse it again: stop, saying why.
+        if (isWeightcastError(error) && REFUSALS.has(error.code)) {
+          this.options.onRefused(error);
+          return;
+        }
+        this.lose(error);
+        await sleep(backoff, undefined, { signal }).catch(() => undefined);
+        backoff = Math.min(REGISTER_RETRY_MAX_MS, backoff * 2);
+      }
+    }
+  }
+
+  /** Leaves the swarm politely, if the scheduler answers. */
+  async leave(): Promise<void> {
+    const host = this.host;
+    this.host = undefined;
+    if (host === undefined) return;
+    await callJson(`${this.swarmUrl()}/hosts/${host}`, 'the scheduler', {
+      method: 'DELETE',
+      timeoutMs: 2000,
+      access: this.options.access,
+    }).catch(() => undefined);
+  }
+
+  report(report: Report): void {
+    this.reports.push(report);
+    this.flush();
+  }
+
+  /** The transfer is about to end: the scheduler may plan the host's next download now. */
+  ending(transferId: number): void {
+    this.endingNotices.add(transferId);
+    this.flush();
+  }
+
+  forgetEnding(transferId: number): void {
+    this.endingNotices.delete(transferId);
+  }
+
+  /** Pieces a reader is blocked on, sent with every sync until held. */
+  urgent(pieces: readonly number[]): void {
+    let added = false;
+    for (const piece of pieces) {
+      if (this.options.store.has(piece) || this.urgentPieces.has(piece)) continue;
+      this.urgentPieces.add(piece);
+      added = true;
+    }
+    if (added) this.flush();
+  }
+
+  get urgentSet(): ReadonlySet<number> {
+    return this.urgentPieces;
+  }
+
+  held(piece: number): void {
+    this.urgentPieces.delete(piece);
+  }
+
+  private swarmUrl(): string {
+    return `${this.options.schedulerUrl.replace(/\/+$/, '')}/v1/swarms/${this.options.model}`;
+  }
+
+  /**
+   * Holds the sync channel open until it breaks (which throws) or the member closes: replies
+   * arriving on it are applied, reports go out on it as they happen, an empty sync every
+   * heartbeat period tells the scheduler this host is alive.
+   */
+  private async runChannel(host: number): Promise<void> {
+    const signal = this.options.signal;
+    const { socket, head } = await openChannel(
+      `${this.swarmUrl()}/hosts/${host}/channel`,
+      signal,
+      this.options.access,
+    );
+    socket.setNoDelay(true);
+    const reader = new FrameReader();
+    let heartbeat: ReturnType<typeof setInterval> | undefined;
+    let heardMs = performance.now();
+    const silenceMs = this.options.schedulerSilenceMs;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onData = (chunk: Buffer): void => {
+          heardMs = performance.now();
+          try {
+            for (const frame of reader.push(chunk)) {
+              const error = frameError(frame, 'the scheduler');
+              if (error !== undefined) throw error;
+              if (this.host !== host) continue;
+              if (this.roundTripFrom !== undefined) {
+                this.roundTripMs = ewma(this.roundTripMs, performance.now() - this.roundTripFrom);
+                this.roundTripFrom = undefined;
+              }
+              const reply = parseMessage(syncReplySchema, frame, 'sync reply');
+              if (reply.peers.length > 0) this.knownPeers = reply.peers;
+              this.options.onReply(reply);
+            }
+          } catch (error) {
+            reject(error instanceof Error ? error : new Error(String(error)));
+            socket.destroy();
+          }
+        };
+        const onAbort = (): void => {
+          socket.destroy();
+          resolve();
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        socket.on('data', onData);
+        socket.on('error', () => undefined);
+        socket.on('close', () => {
+          signal.removeEventListener('abort', onAbort);
+          if (this.channel === socket) this.channel = undefined;
+          reject(new WeightcastError('SCHEDULER_UNREACHABLE', 'the sync channel to the scheduler closed'));
+        });
+        this.channel = socket;
+        heartbeat = setInterval(
+          () => {
+            if (performance.now() - heardMs > silenceMs) {
+              reject(
+                new WeightcastError(
+                  'SCHEDULER_UNREACHABLE',
+                  `the scheduler sent nothing for ${Math.round(silenceMs / 1000)} s`,
+                ),
+              );
+              socket.destroy();
+              return;
+            }
+            this.send(true);
+          },
+          Math.min(HEARTBEAT_MS, silenceMs / 2),
+        );
+        if (head.length > 0) onData(head);
+        // Reports held while there was no channel go out now; an empty sync if there are none.
+        this.send(true);
+      });
+    } finally {
+      clearInterval(heartbeat);
+      if (this.channel === socket) this.channel = undefined;
+      socket.destroy();
+    }
+  }
+
+  private async register(): Promise<void> {
+    const { store, map, identity } = this.options;
+    const message: Register = {
+      name: identity.name,
+      url: identity.url,
+      uploadBytesPerSecond: identity.uploadBytesPerSecond,
+      downloadBytesPerSecond: identity.downloadBytesPerSecond,
+      have: encodeBitfield(map.pieceCount, (piece) => store.has(piece)),
+      assignmentsInReply: true,
+      ...(identity.zone === undefined ? {} : { zone: identity.zone }),
+      ...(identity.rack === undefined ? {} : { rack: identity.rack }),
+    };
+    const post = (withManifest: boolean): Promise<unknown> =>
+      callJson(`${this.swarmUrl()}/hosts`, 'the scheduler', {
+        method: 'POST',
+        body: withManifest ? { ...message, manifest: this.options.manifestBytes.toString('utf8') } : message,
+        timeoutMs: SCHEDULER_TIMEOUT_MS,
+        signal: this.options.signal,
+        access: this.options.access,
+      });
+    // A small manifest goes with the first try: agents joining a new model together would otherwise
+    // each be told the model is unknown and ask again. A large one is sent only when asked for.
+    const inline = this.options.manifestBytes.length <= this.options.manifestInlineBytesMax;
+    let raw: unknown;
+    try {
+      raw = await post(inline);
+    } catch (error) {
+      if (inline || !isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
+      raw = await post(true);
+    }
+    const registered = parseMessage(registeredSchema, raw, 'register reply');
+    // Reports of an earlier registration are void; its fetches may finish, but not report.
+    this.reports.length = 0;
+    this.host = registered.host;
+    this.schedulerDown = false;
+    this.options.onRegistered(registered.host);
+    // The first transfers start now; their reports wait for the channel, which opens next.
+    if (registered.assignments !== undefined && registered.assignments.length > 0) {
+      this.options.onReply({ assignments: registered.assignments, cancellations: [], peers: [] });
+    }
+  }
+
+  private lose(error: unknown): void {
+    const reason = error instanceof Error ? error.message : String(error);
+    const announce = this.host !== undefined || !isWeightcastError(error, 'SCHEDULER_UNREACHABLE');
+    this.host = undefined;
+    // Only an unreachable scheduler sends the member out on its own; a refusal just re-registers.
+    if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) this.schedulerDown = true;
+    this.options.onLost(reason, announce);
+  }
+
+  /** Sends what is waiting (reports, ending notices, urgent pieces) on the next microtask, batched. */
+  private flush(): void {
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    queueMicrotask(() => {
+      this.flushQueued = false;
+      this.send(false);
+    });
+  }
+
+  /** Writes one sync frame if there is a channel and something to say (or `always`: a heartbeat). */
+  private send(always: boolean): void {
+    const channel = this.channel;
+    if (channel === undefined || channel.destroyed || this.host === undefined) return;
+    const ending = [...this.endingNotices].filter((transferId) => this.options.isRunning(transferId));
+    this.endingNotices.clear();
+    // Urgent pieces are re-sent with every sync until held; the core ignores repeats.
+    for (const piece of this.urgentPieces) if (this.options.store.has(piece)) this.urgentPieces.delete(piece);
+    const urgent = [...this.urgentPieces];
+    if (!always && this.reports.length === 0 && ending.length === 0 && urgent.length === 0) return;
+    const reports = this.reports.splice(0, SYNC_ITEMS_MAX);
+    if (reports.length > 0 || ending.length > 0) this.roundTripFrom ??= performance.now();
+    channel.write(
+      encodeFrame({
+        reports,
+        waitMs: 0,
+        ...(urgent.length > 0 ? { urgent: urgent.slice(0, SYNC_ITEMS_MAX) } : {}),
+        ...(ending.length > 0 ? { ending: ending.slice(0, SYNC_ITEMS_MAX) } : {}),
+      }),
+    );
+    if (this.reports.length > 0) this.flush();
+  }
+}
+
+function ewma(previous: number | undefined, sample: number): number {
+  return previous === undefined ? sample : previous + EWMA_WEIGHT * (sample - previous);
+}

@@ -1,0 +1,180 @@
+/**
+ * The fallback policy: which pieces a member fetches, and from whom, while it has no scheduler (the
+ * scheduler stopped answering, or cannot be reached). It decides from what the member alone knows:
+ * the pieces it holds and is fetching, the pieces a reader is blocked on, and the have-maps its
+ * known peers last answered with. Pure and deterministic: the caller passes the random generator,
+ * so the simulator replays it from a seed as it replays the scheduler (sim/simulate.ts,
+ * `schedulerLossAtMs`), and the agent's member runs the same function (agent/fallback-fetcher.ts).
+ *
+ * The rules, each checked in the simulator against a run that keeps its scheduler (bench:sim):
+ * - blocked pieces first;
+ * - then, of a few missing pieces drawn at random, the one the fewest known peers hold, from a
+ *   random one of them: rare pieces spread first, and hosts on their own do not all ask for the
+ *   same piece;
+ * - a piece no known peer holds comes from the origin, but only when it falls in this host's
+ *   stripe of the pieces (piece mod stripe count), so the hosts split the origin's work instead of
+ *   each reading the same pieces; a host with nothing else to do reads any such piece, so a stripe
+ *   whose host died still arrives; at most `originReadsMax` origin reads at once per host.
+ */
+
+import type { Random } from './random.js';
+
+export interface FallbackPeer<P> {
+  peer: P;
+  /** The pieces its last have-map listed; undefined when it did not answer. */
+  pieces: { has(piece: number): boolean } | undefined;
+}
+
+export interface FallbackView<P> {
+  pieceCount: number;
+  /** The member holds the piece verified. */
+  holds(piece: number): boolean;
+  /** A fetch of the piece is under way (on its own, or one the scheduler assigned before it went). */
+  fetching(piece: number): boolean;
+  /** Pieces a reader is blocked on. */
+  urgent: ReadonlySet<number>;
+  peers: ReadonlyArray<FallbackPeer<P>>;
+  /** Fallback fetches under way, and how many of them read the origin. */
+  running: number;
+  originReads: number;
+  /**
+   * This host's share of the origin's work: pieces with `piece % count === index` (its place among
+   * the hosts it knows, itself included, in an order they all agree on). Absent: every piece.
+   */
+  stripe?: { index: number; count: number };
+}
+
+export interface FallbackLimits {
+  /** Fetches at once. */
+  downloadsMax: number;
+  /** Fetches from the origin at once. */
+  originReadsMax: number;
+}
+
+export interface FallbackPick<P> {
+  piece: number;
+  source: { kind: 'origin' } | { kind: 'peer'; peer: P };
+}
+
+/**
+ * A member on its own asks its known peers for their have-maps again when its copy is this old (a
+ * small GET per peer, at most 64 peers, only while the scheduler is gone). Simulated (8 and 64 hosts
+ * x 200 Mbit/s, 256 MiB in 512 KiB pieces, the scheduler lost at the start), 1000 ms left the swarm
+ * at 0.61 and 0.59 of the bound, 250 ms at 0.80 and 0.68, the origin at 1.15 and 1.30 x S.
+ */
+export const FALLBACK_HAVE_REFRESH_MS = 250;
+/** A member on its own looks for work this often (and whenever one of its fetches ends). */
+export const FALLBACK_PUMP_EVERY_MS = 200;
+/** Origin reads at once per member on its own. */
+export const FALLBACK_ORIGIN_READS_MAX = 2;
+
+/** Missing pieces drawn for each pick; the rarest among them with a holder is fetched. */
+export const FALLBACK_DRAWS = 4;
+
+/** The fetches to start now, in order; none when the member is at its limits or holds everything. */
+export function pickFallbackFetches<P>(
+  view: FallbackView<P>,
+  limits: FallbackLimits,
+  random: Random,
+): FallbackPick<P>[] {
+  const picks: FallbackPick<P>[] = [];
+  let running = view.running;
+  let originReads = view.originReads;
+  if (running >= limits.downloadsMax) return picks;
+  const wanted = (piece: number): boolean => !view.holds(piece) && !view.fetching(piece);
+  const forget = (piece: number): void => {
+    tried.delete(piece);
+    rest?.push(piece);
+  };
+  const holdersOf = (piece: number): FallbackPeer<P>[] =>
+    view.peers.filter((peer) => peer.pieces?.has(piece) === true);
+  const fromPeer = (piece: number, holders: FallbackPeer<P>[]): void => {
+    const holder = holders[random.below(holders.length)] as FallbackPeer<P>;
+    picks.push({ piece, source: { kind: 'peer', peer: holder.peer } });
+    running++;
+  };
+  const fromOrigin = (piece: number): void => {
+    picks.push({ piece, source: { kind: 'origin' } });
+    running++;
+    originReads++;
+  };
+  const urgent = [...view.urgent].filter((piece) => piece >= 0 && piece < view.pieceCount && wanted(piece));
+  urgent.sort((a, b) => a - b);
+  for (const piece of urgent) {
+    if (running >= limits.downloadsMax) return picks;
+    const holders = holdersOf(piece);
+    if (holders.length > 0) fromPeer(piece, holders);
+    else if (originReads < limits.originReadsMax) fromOrigin(piece);
+  }
+  // Pieces are drawn at random among the wanted ones: by rejection while most are wanted (no pass
+  // over every piece per call), from a list of the rest once few are left.
+  const tried = new Set<number>();
+  let rest: number[] | undefined;
+  const draw = (): number | undefined => {
+    for (let attempt = 0; rest === undefined && attempt < REJECTION_DRAWS; attempt++) {
+      const piece = random.below(view.pieceCount);
+      if (!tried.has(piece) && !view.urgent.has(piece) && wanted(piece)) return piece;
+    }
+    rest ??= wantedPieces(view, tried);
+    while (rest.length > 0) {
+      const piece = takeRandom(rest, random);
+      if (!tried.has(piece)) return piece;
+    }
+    return undefined;
+  };
+  /** Pieces nobody known holds, outside this host's stripe: read only when there is nothing else. */
+  const elsewhere: number[] = [];
+  const mine = (piece: number): boolean =>
+    view.stripe === undefined || piece % view.stripe.count === view.stripe.index;
+  while (running < limits.downloadsMax) {
+    let best: { piece: number; holders: FallbackPeer<P>[] } | undefined;
+    const drawn: number[] = [];
+    const unheld: number[] = [];
+    for (let n = 0; n < FALLBACK_DRAWS; n++) {
+      const piece = draw();
+      if (piece === undefined) break;
+      tried.add(piece);
+      drawn.push(piece);
+      const holders = holdersOf(piece);
+      if (holders.length === 0) unheld.push(piece);
+      else if (best === undefined || holders.length < best.holders.length) best = { piece, holders };
+    }
+    if (drawn.length === 0) break;
+    if (best !== undefined) {
+      fromPeer(best.piece, best.holders);
+      // The other drawn pieces may be drawn again for the next fetch.
+      for (const piece of drawn) if (piece !== best.piece) forget(piece);
+      continue;
+    }
+    for (const piece of unheld) {
+      if (originReads < limits.originReadsMax && running < limits.downloadsMax && mine(piece))
+        fromOrigin(piece);
+      else elsewhere.push(piece);
+    }
+  }
+  // Idle otherwise: a piece from outside the stripe (its host may be gone), so nothing waits forever.
+  if (running === 0 && elsewhere.length > 0 && originReads < limits.originReadsMax) {
+    fromOrigin(takeRandom(elsewhere, random));
+  }
+  return picks;
+}
+/** Random draws tried before the wanted pieces are listed (most draws hit while most are wanted). */
+const REJECTION_DRAWS = 16;
+
+function wantedPieces<P>(view: FallbackView<P>, tried: ReadonlySet<number>): number[] {
+  const out: number[] = [];
+  for (let piece = 0; piece < view.pieceCount; piece++) {
+    if (!tried.has(piece) && !view.urgent.has(piece) && !view.holds(piece) && !view.fetching(piece))
+      out.push(piece);
+  }
+  return out;
+}
+
+/** Removes and returns a uniformly chosen element (swapping the last into its place). */
+function takeRandom(values: number[], random: Random): number {
+  const index = random.below(values.length);
+  const value = values[index] as number;
+  values[index] = values[values.length - 1] as number;
+  values.pop();
+  return value;
+}

@@ -1,0 +1,226 @@
+/**
+ * TLS end to end with a CA and certificates made by the `openssl` CLI: a scheduler and an agent
+ * over HTTPS with cluster tokens, and `weightcast pull --scheduler https://...` reading the model
+ * from that agent; a client that trusts another CA stops with TLS_UNTRUSTED naming --tls-ca; a
+ * service that verifies its callers refuses a client without a certificate from its CA.
+ */
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { ServiceAccess } from '../../src/auth/transport.js';
+import { memoryIo } from '../../src/cli/io.js';
+import { runCli } from '../../src/cli/main.js';
+import { isWeightcastError } from '../../src/errors.js';
+import { buildManifest } from '../../src/manifest/build.js';
+import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
+import { Agent } from '../../src/swarm/agent/agent.js';
+import { PeerWireClient } from '../../src/swarm/agent/peer-wire-client.js';
+import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { swarmPull } from '../../src/swarm/swarm-pull.js';
+import { callJson } from '../../src/swarm/wire/http-json.js';
+import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { makeTestCa, type TestCa, type TestCertificate } from '../helpers/tls.js';
+
+const CLUSTER = randomBytes(24).toString('hex');
+const credentials = { clusterToken: CLUSTER };
+
+function opensslProblem(): string | undefined {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore', timeout: 10_000 });
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+const problem = opensslProblem();
+
+describe(
+  'TLS',
+  { timeout: 90_000, skip: problem === undefined ? false : `needs the openssl CLI: ${problem}` },
+  () => {
+    let work: { path: string; cleanup: () => Promise<void> };
+    let modelDir: string;
+    let manifest: Manifest;
+    let manifestFile: string;
+    let hex: string;
+    let ca: TestCa;
+    let otherCa: TestCa;
+    let serverCert: TestCertificate;
+    let clientCert: TestCertificate;
+    let scheduler: SchedulerServer;
+    let seeder: Agent;
+
+    before(async () => {
+      work = await tempDir('auth-tls');
+      [ca, otherCa] = await Promise.all([makeTestCa(work.path, 'cluster'), makeTestCa(work.path, 'other')]);
+      [serverCert, clientCert] = await Promise.all([ca.issue('server'), ca.issue('client')]);
+      modelDir = join(work.path, 'model');
+      await writeSmallModel(modelDir);
+      const origin = new LocalOrigin(modelDir);
+      manifest = await buildManifest(origin, { pieceSize: 64 * 1024 }).finally(() => origin.close());
+      hex = manifestDigest(manifest).slice('sha256:'.length);
+      manifestFile = join(work.path, 'manifest.json');
+      await writeManifest(manifestFile, manifest);
+      const access: ServiceAccess = { token: CLUSTER, tls: { ca: ca.ca } };
+      scheduler = await startScheduler({ credentials, tls: { cert: serverCert.cert, key: serverCert.key } });
+      seeder = await Agent.start({
+        schedulerUrl: scheduler.url,
+        cacheDir: join(work.path, 'seeder'),
+        credentials,
+        access,
+        tls: { cert: serverCert.cert, key: serverCert.key },
+      });
+      await seeder.join({ source: modelDir, manifest });
+      await seeder.whenComplete(hex);
+    });
+
+    after(async () => {
+      await seeder?.close();
+      await scheduler?.close();
+      await work?.cleanup();
+    });
+
+    it('a scheduler, an agent and pull --scheduler over HTTPS with the test CA and a token', async () => {
+      assert.match(scheduler.url, /^https:\/\//);
+      assert.match(seeder.url, /^https:\/\//);
+      const tokenFile = join(work.path, 'cluster-token');
+      await writeFile(tokenFile, `${CLUSTER}\n`, { mode: 0o600 });
+      const dest = join(work.path, 'pulled');
+      const io = memoryIo(AbortSignal.timeout(60_000));
+      const code = await runCli(
+        [
+          'pull',
+          modelDir,
+          '--to',
+          dest,
+          '--manifest',
+          manifestFile,
+          '--scheduler',
+          scheduler.url,
+          '--cluster-token-file',
+          tokenFile,
+          '--tls-ca',
+          ca.caFile,
+          '--tls-cert',
+          serverCert.certFile,
+          '--tls-key',
+          serverCert.keyFile,
+          '--json',
+        ],
+        io,
+      );
+      assert.equal(code, 0, io.err.join(''));
+      const done = JSON.parse(io.out.at(-1) ?? '{}') as { verified?: boolean; peerBytes?: number };
+      assert.equal(done.verified, true);
+      assert.ok((done.peerBytes ?? 0) > 0, `peer bytes ${done.peerBytes}`);
+      assert.ok(
+        await sameFiles(
+          dest,
+          modelDir,
+          manifest.files.map((file) => file.path),
+        ),
+      );
+    });
+
+    it('the peer wire runs over TLS, with the HELLO credential', async () => {
+      const map = new PieceMap(manifest);
+      const where = map.locate(1);
+      const file = manifest.files[where.fileIndex];
+      assert.ok(file !== undefined);
+      const expected = (await readFile(join(modelDir, file.path))).subarray(
+        where.offset,
+        where.offset + where.length,
+      );
+      const read = async (tls: { ca: string }, credential: string): Promise<Buffer> => {
+        const client = new PeerWireClient({
+          url: seeder.url,
+          model: hex,
+          idleTimeoutMs: 5000,
+          credential: Buffer.from(credential),
+          tls,
+        });
+        const target = Buffer.alloc(where.length);
+        try {
+          await client.read(1, 0, target);
+          return target;
+        } finally {
+          await client.close();
+        }
+      };
+      assert.ok((await read({ ca: ca.ca }, CLUSTER)).equals(expected));
+      await assert.rejects(read({ ca: ca.ca }, 'not-the-cluster-token'), (error) =>
+        isWeightcastError(error, 'UNAUTHORIZED'),
+      );
+      await assert.rejects(read({ ca: otherCa.ca }, CLUSTER), (error) => {
+        assert.ok(error instanceof Error);
+        return /certificate/i.test(error.message);
+      });
+    });
+
+    it('a client trusting another CA stops with TLS_UNTRUSTED naming --tls-ca', async () => {
+      await assert.rejects(
+        callJson(`${scheduler.url}/healthz`, 'the scheduler', {
+          timeoutMs: 5000,
+          access: { tls: { ca: otherCa.ca } },
+        }),
+        (error) => isWeightcastError(error, 'TLS_UNTRUSTED') && /--tls-ca/.test(error.message),
+      );
+      await assert.rejects(
+        swarmPull(modelDir, join(work.path, 'untrusted'), {
+          manifest,
+          schedulerUrl: scheduler.url,
+          access: { token: CLUSTER, tls: { ca: otherCa.ca } },
+          signal: AbortSignal.timeout(30_000),
+        }),
+        (error) => isWeightcastError(error, 'TLS_UNTRUSTED'),
+      );
+      const io = memoryIo(AbortSignal.timeout(30_000));
+      const code = await runCli(
+        [
+          'pull',
+          modelDir,
+          '--to',
+          join(work.path, 'untrusted-cli'),
+          '--manifest',
+          manifestFile,
+          '--scheduler',
+          scheduler.url,
+          '--tls-ca',
+          otherCa.caFile,
+        ],
+        io,
+      );
+      assert.equal(code, 2);
+      assert.match(io.err.join(''), /TLS_UNTRUSTED/);
+    });
+
+    it('a service verifying its callers refuses a client without a certificate from its CA', async () => {
+      const strict = await startScheduler({
+        tls: { cert: serverCert.cert, key: serverCert.key, ca: ca.ca, verifyClients: true },
+      });
+      try {
+        const other = await otherCa.issue('client');
+        for (const tls of [{ ca: ca.ca }, { ca: ca.ca, cert: other.cert, key: other.key }]) {
+          await assert.rejects(
+            callJson(`${strict.url}/healthz`, 'the scheduler', { timeoutMs: 5000, access: { tls } }),
+            (error) => isWeightcastError(error, 'SCHEDULER_UNREACHABLE'),
+          );
+        }
+        const answer = await callJson(`${strict.url}/healthz`, 'the scheduler', {
+          timeoutMs: 5000,
+          access: { tls: { ca: ca.ca, cert: clientCert.cert, key: clientCert.key } },
+        });
+        assert.deepEqual(answer, { ok: true });
+      } finally {
+        await strict.close();
+      }
+    });
+  },
+);

@@ -1,0 +1,139 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { pickFallbackFetches, type FallbackView } from '../../src/swarm/core/fallback.js';
+import { Random } from '../../src/swarm/core/random.js';
+
+const SEED = 41;
+
+function view(overrides: Partial<FallbackView<string>> = {}): FallbackView<string> {
+  return {
+    pieceCount: 16,
+    holds: () => false,
+    fetching: () => false,
+    urgent: new Set(),
+    peers: [],
+    running: 0,
+    originReads: 0,
+    ...overrides,
+  };
+}
+
+const limits = { downloadsMax: 4, originReadsMax: 2 };
+
+test(`fallback: pieces some peer holds come from a holder, never twice, never held or fetching ones (seed ${SEED})`, () => {
+  const held = new Set([0, 1, 2]);
+  const fetching = new Set([3]);
+  const picks = pickFallbackFetches(
+    view({
+      holds: (piece) => held.has(piece),
+      fetching: (piece) => fetching.has(piece),
+      peers: [
+        { peer: 'a', pieces: new Set([0, 3, 4, 5, 6, 7]) },
+        { peer: 'b', pieces: new Set([4, 5, 6, 7, 8]) },
+      ],
+    }),
+    limits,
+    new Random(SEED),
+  );
+  assert.equal(picks.length, 4);
+  assert.equal(new Set(picks.map((pick) => pick.piece)).size, 4, 'no piece twice');
+  const holdable = [4, 5, 6, 7, 8];
+  for (const pick of picks) {
+    assert.ok(!held.has(pick.piece) && !fetching.has(pick.piece), `piece ${pick.piece} is held or fetching`);
+    if (pick.source.kind === 'peer') {
+      const holder = pick.source.peer === 'a' ? [0, 3, 4, 5, 6, 7] : [4, 5, 6, 7, 8];
+      assert.ok(holder.includes(pick.piece), `${pick.source.peer} does not hold ${pick.piece}`);
+    } else {
+      assert.ok(!holdable.includes(pick.piece), `piece ${pick.piece} had holders but went to the origin`);
+    }
+  }
+  assert.ok(picks.filter((pick) => pick.source.kind === 'peer').length >= 2, 'held pieces came from peers');
+});
+
+test('fallback: blocked pieces come first, from the origin when no peer has them, within the origin cap', () => {
+  const picks = pickFallbackFetches(
+    view({ urgent: new Set([9, 5, 12]), peers: [{ peer: 'a', pieces: new Set([12]) }] }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(
+    picks.slice(0, 3).map((pick) => [pick.piece, pick.source.kind]),
+    [
+      [5, 'origin'],
+      [9, 'origin'],
+      [12, 'peer'],
+    ],
+  );
+  assert.ok(picks.filter((pick) => pick.source.kind === 'origin').length <= limits.originReadsMax);
+  assert.ok(picks.length <= limits.downloadsMax);
+});
+
+test('fallback: of the drawn pieces the rarest among the peers goes first', () => {
+  // Piece 0 is on every peer, piece 1 on one: with both drawn, 1 must win.
+  const picks = pickFallbackFetches(
+    view({
+      pieceCount: 2,
+      peers: [
+        { peer: 'a', pieces: new Set([0, 1]) },
+        { peer: 'b', pieces: new Set([0]) },
+        { peer: 'c', pieces: new Set([0]) },
+      ],
+    }),
+    { downloadsMax: 1, originReadsMax: 2 },
+    new Random(SEED),
+  );
+  assert.deepEqual(picks, [{ piece: 1, source: { kind: 'peer', peer: 'a' } }]);
+});
+
+test('fallback: the origin serves only this host its stripe, unless the host has nothing else to do', () => {
+  const stripe = { index: 1, count: 4 };
+  const busy = pickFallbackFetches(view({ stripe, running: 1 }), limits, new Random(SEED));
+  assert.ok(busy.length > 0);
+  for (const pick of busy) {
+    assert.equal(pick.source.kind, 'origin');
+    assert.equal(pick.piece % 4, 1, `piece ${pick.piece} is outside the stripe`);
+  }
+  assert.ok(busy.length <= limits.originReadsMax);
+  // Every piece of the stripe is held: an idle host reads one other piece (its stripe's host may be gone).
+  const idle = pickFallbackFetches(
+    view({ stripe, holds: (piece) => piece % 4 === 1 }),
+    limits,
+    new Random(SEED),
+  );
+  assert.equal(idle.length, 1);
+  assert.notEqual((idle[0]?.piece ?? -1) % 4, 1);
+  // Not idle (a fetch is running): it waits for the others' pieces instead.
+  assert.deepEqual(
+    pickFallbackFetches(
+      view({ stripe, running: 1, holds: (piece) => piece % 4 === 1 }),
+      limits,
+      new Random(SEED),
+    ),
+    [],
+  );
+});
+
+test('fallback: nothing at the limits or with everything held; a peer that did not answer is not used', () => {
+  assert.deepEqual(pickFallbackFetches(view({ running: 4 }), limits, new Random(SEED)), []);
+  assert.deepEqual(pickFallbackFetches(view({ holds: () => true }), limits, new Random(SEED)), []);
+  const picks = pickFallbackFetches(
+    view({ peers: [{ peer: 'silent', pieces: undefined }], originReads: 2 }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(picks, []);
+});
+
+test(`fallback: the same seed picks the same fetches (seed ${SEED})`, () => {
+  const shape = (): FallbackView<string> =>
+    view({
+      pieceCount: 64,
+      peers: [
+        { peer: 'a', pieces: new Set(Array.from({ length: 32 }, (_, i) => i * 2)) },
+        { peer: 'b', pieces: new Set(Array.from({ length: 20 }, (_, i) => i * 3)) },
+      ],
+    });
+  const a = pickFallbackFetches(shape(), limits, new Random(SEED));
+  const b = pickFallbackFetches(shape(), limits, new Random(SEED));
+  assert.deepEqual(a, b);
+});
