@@ -29,9 +29,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseSafetensorsBuffer } from '../src/format/safetensors.js';
-import { loadTensors, openLoadStream } from '../src/loader/stream/load.js';
-import { closeModelSource, openModelSource } from '../src/loader/stream/model-source.js';
-import { SHM_REQUESTS, ShmOutput } from '../src/loader/stream/shm-output.js';
+import { loadTensors } from '../src/loader/stream/load.js';
+import { loadModel } from '../src/loader/stream/load-model.js';
 import { buildParallelPlan } from '../src/loader/plan/build.js';
 import { buildPlanManifest, readModelDirectory } from '../src/loader/plan/files.js';
 import { loadRank, type LoadRankOptions } from '../src/loader/slice/load-rank.js';
@@ -104,33 +103,18 @@ async function childMain(kind: string, dir: string, memoryMb: number, manifestPa
 }
 
 /**
- * What `weightcast load --format shm` does, through the library with tensors in parts (the CLI
- * does the same since it asks for parts too; this row leaves out the CLI's start). `manifestPath` is the
- * output directory here. Returns the bytes of tensors written.
+ * `weightcast load --format shm` through the library: the same `loadModel` call the CLI makes,
+ * without the CLI's start. `manifestPath` is the output directory here. Returns the bytes of tensors
+ * written.
  */
 async function shmPartsChild(dir: string, memoryMb: number, to: string): Promise<number> {
-  const model = await openModelSource(dir);
-  let bytes = 0;
-  try {
-    const stream = openLoadStream(model, SHM_REQUESTS, {
-      memoryBytes: memoryMb * MiB,
-      partBytes: PART_BYTES,
-    });
-    const output = await ShmOutput.create(to, model);
-    try {
-      for await (const delivered of stream) {
-        await output.write(delivered);
-        if (delivered.request.tag.kind === 'tensor') bytes += delivered.bytes.length;
-      }
-      await output.finish();
-    } catch (error) {
-      await output.abandon();
-      throw error;
-    }
-  } finally {
-    await closeModelSource(model);
-  }
-  return bytes;
+  const result = await loadModel(dir, {
+    to,
+    format: 'shm',
+    memoryBytes: memoryMb * MiB,
+    partBytes: PART_BYTES,
+  });
+  return result.tensorBytes;
 }
 
 function run(command: string, args: readonly string[]): Promise<{ seconds: number; stdout: string }> {

@@ -1,11 +1,10 @@
 /**
  * `model.safetensors.index.json`, the Hugging Face file that maps each tensor to the shard holding it:
  * `{"metadata": {"total_size": N}, "weight_map": {"tensor.name": "model-00001-of-00004.safetensors"}}`.
- * Reading validates it (shard names must be safe relative paths); writing sorts tensor names so the
- * output is byte-for-byte deterministic.
+ * Parsing validates it (shard names must be safe relative paths); serialising sorts tensor names so
+ * the output is byte-for-byte deterministic. Pure: the file I/O is in index-json-file.ts.
  */
 
-import { readFile, writeFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { WeightcastError } from '../errors.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
@@ -66,19 +65,4 @@ export function serializeIndexJson(index: SafetensorsIndex): string {
 /** The distinct shard files an index names, sorted. */
 export function indexShardFiles(index: SafetensorsIndex): string[] {
   return [...new Set(index.weightMap.values())].sort();
-}
-
-export async function readIndexJson(
-  path: string,
-  options: { signal?: AbortSignal } = {},
-): Promise<SafetensorsIndex> {
-  const text = await readFile(path, {
-    encoding: 'utf8',
-    ...(options.signal ? { signal: options.signal } : {}),
-  });
-  return parseIndexJson(text, path);
-}
-
-export async function writeIndexJson(path: string, index: SafetensorsIndex): Promise<void> {
-  await writeFile(path, serializeIndexJson(index));
 }

@@ -10,7 +10,7 @@
  */
 
 import { assert } from '../errors.js';
-import { encodeBf16, encodeE4m3, encodeF16 } from './float-bits.js';
+import { encodeBf16, encodeE4m3, encodeF16 } from '../format/float-bits.js';
 
 export type ValueRole = 'weight' | 'bias' | 'norm' | 'scale';
 export type ValueDtype = 'BF16' | 'F16' | 'F32' | 'F8_E4M3';

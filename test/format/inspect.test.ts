@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { memoryIo } from '../../src/cli/io.js';
 import { runCli } from '../../src/cli/main.js';
-import { INDEX_FILE_NAME, writeIndexJson } from '../../src/format/index-json.js';
+import { INDEX_FILE_NAME } from '../../src/format/index-json.js';
+import { writeIndexJson } from '../../src/format/index-json-file.js';
 import {
   compareNatural,
   formatParameterCount,

@@ -2,7 +2,7 @@
  * The Python reader (`python/weightcast_reader.py`) checked against the TypeScript side. TypeScript
  * writes the files (synthetic checkpoints in every synth dtype, and a hand-made file with every dtype
  * weightcast knows), parses their headers and computes, per tensor, the SHA-256 of its bytes and the
- * float64 sum of its first elements decoded with `src/synth/float-bits.ts`; Python must print the same.
+ * float64 sum of its first elements decoded with `src/format/float-bits.ts`; Python must print the same.
  * Python also reports where each tensor's memory is, which proves it points into the file's mapping.
  *
  * Needs a Python with torch: `WEIGHTCAST_PYTHON`, or Debian's python3-torch in /usr/bin/python3. Without
@@ -30,7 +30,7 @@ import {
   encodeBf16,
   encodeE4m3,
   encodeF16,
-} from '../../src/synth/float-bits.js';
+} from '../../src/format/float-bits.js';
 import { synthesizeModel, type SynthArch, type SynthDtype } from '../../src/synth/index.js';
 
 const PYTHON = process.env['WEIGHTCAST_PYTHON'] ?? '/usr/bin/python3';

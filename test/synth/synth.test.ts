@@ -5,10 +5,10 @@ import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isWeightcastError } from '../../src/errors.js';
-import { readIndexJson } from '../../src/format/index-json.js';
+import { readIndexJson } from '../../src/format/index-json-file.js';
 import { readSafetensorsHeaderFromFile } from '../../src/format/safetensors.js';
 import type { SynthArch, SynthDtype } from '../../src/synth/architectures.js';
-import { decodeBf16, decodeF16, isE4m3Nan } from '../../src/synth/float-bits.js';
+import { decodeBf16, decodeF16, isE4m3Nan } from '../../src/format/float-bits.js';
 import { synthesizeModel, type SynthResult } from '../../src/synth/synth.js';
 
 const MIB = 1024 * 1024;

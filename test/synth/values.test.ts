@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { decodeBf16, decodeE4m3, decodeF16, isE4m3Nan } from '../../src/synth/float-bits.js';
+import { decodeBf16, decodeE4m3, decodeF16, isE4m3Nan } from '../../src/format/float-bits.js';
 import { FP8_VALUE_MAX, SEGMENT_BYTES, ValueGenerator, type ValueSource } from '../../src/synth/values.js';
 
 const MIB = 1024 * 1024;

@@ -8,7 +8,8 @@
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
-import { INDEX_FILE_NAME, readIndexJson } from '../../format/index-json.js';
+import { INDEX_FILE_NAME } from '../../format/index-json.js';
+import { readIndexJson } from '../../format/index-json-file.js';
 import {
   compareNatural,
   formatParameterCount,

@@ -11,10 +11,8 @@
 import { basename } from 'node:path';
 import { WeightcastError } from '../../errors.js';
 import { loadManifest, type Manifest } from '../../manifest/manifest.js';
-import { HF_REQUESTS, HfOutput } from '../../loader/stream/hf-output.js';
-import { openLoadStream } from '../../loader/stream/load.js';
-import { closeModelSource, modelBytes, openModelSource } from '../../loader/stream/model-source.js';
-import { SHM_REQUESTS, SHM_ROOT_DEFAULT, ShmOutput } from '../../loader/stream/shm-output.js';
+import { SHM_ROOT_DEFAULT } from '../../loader/stream/defaults.js';
+import { loadModel, type LoadModelResult } from '../../loader/stream/load-model.js';
 import { readPlanManifest } from '../../loader/plan/files.js';
 import type { ParallelismOptions } from '../../loader/plan/types.js';
 import { loadRank, type LoadRankResult } from '../../loader/slice/load-rank.js';
@@ -26,8 +24,6 @@ import { openSource } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 
 const MiB = 1024 * 1024;
-/** Largest piece of a tensor the whole-model load handles at once. */
-const PART_BYTES = 16 * MiB;
 
 export interface LoadFlags {
   to?: string;
@@ -82,90 +78,53 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
       { ...flags, connections: concurrency, ...(files ? { files } : {}) },
       progress,
     );
-    const started = performance.now();
-    const model = await openModelSource(origin, {
-      signal: io.signal,
-      ...(manifest === undefined ? {} : { manifest }),
-    }).catch(async (error: unknown) => {
-      await origin.close();
-      throw error;
-    });
+    let result: LoadModelResult;
     try {
-      if (!json && !model.verified) {
-        progress.log(
-          'weightcast: no --manifest given: bytes are checked for shape only, the origin is trusted',
-        );
-      }
-      // The stream first: a budget too small for the largest tensor fails before any file is created.
-      // Tensors arrive in parts (whole pieces each, when verified): no buffer needs the largest
-      // tensor's size, and a small window is reused while its pages are hot.
-      const partBytes =
-        model.pieceSize === undefined
-          ? PART_BYTES
-          : Math.ceil(PART_BYTES / model.pieceSize) * model.pieceSize;
-      const stream = openLoadStream(model, format === 'hf' ? HF_REQUESTS : SHM_REQUESTS, {
+      result = await loadModel(origin, {
+        to,
+        format,
         memoryBytes,
         concurrency,
-        partBytes,
         signal: io.signal,
+        ...(manifest === undefined ? {} : { manifest }),
+        onEvent: (event) => {
+          if (event.type === 'progress') progress.update(event.bytesDelivered, event.bytesTotal);
+          else if (!event.verified && !json) {
+            progress.log(
+              'weightcast: no --manifest given: bytes are checked for shape only, the origin is trusted',
+            );
+          }
+        },
       });
-      const output = format === 'hf' ? new HfOutput(to, model) : await ShmOutput.create(to, model);
-      const total = stream.plan.bytesRequested;
-      let tensors = 0;
-      try {
-        for await (const delivered of stream) {
-          await output.write(delivered);
-          const lastPart = delivered.part === undefined || delivered.part.last;
-          if (delivered.request.tag.kind === 'tensor' && lastPart) tensors++;
-          progress.update(stream.stats.bytesDelivered, total);
-        }
-        await output.finish();
-      } catch (error) {
-        await output.abandon();
-        throw error;
-      }
-      progress.finish();
-      const seconds = (performance.now() - started) / 1000;
-      const bytes = modelBytes(model);
-      const summary = {
-        event: 'done',
-        format,
-        to,
-        verified: model.verified,
-        files: model.files.length,
-        tensors,
-        bytes,
-        bytesRead: stream.stats.bytesRead,
-        bytesCopied: stream.stats.bytesCopied,
-        piecesVerified: stream.stats.piecesVerified,
-        piecesRejected: stream.stats.piecesRejected,
-        seconds,
-        mibPerSecond: seconds > 0 ? bytes / MiB / seconds : null,
-        memoryBytes,
-        residentBytesPeak: stream.stats.residentBytesPeak,
-        // maxRSS is in kilobytes: the peak resident memory of this process so far.
-        peakRssBytes: process.resourceUsage().maxRSS * 1024,
-      };
-      if (json) io.stdout(JSON.stringify(summary) + '\n');
-      else {
-        io.stdout(
-          `loaded ${tensors} tensors, ${formatBytes(bytes)} in ${model.files.length} files into ${to} (${format}) ` +
-            `in ${formatSeconds(seconds)}, ${formatRate(bytes, seconds)}\n` +
-            `peak RSS ${formatBytes(summary.peakRssBytes)}; buffers at most ${formatBytes(summary.residentBytesPeak)} of the ${formatBytes(memoryBytes)} budget\n` +
-            (model.verified
-              ? `every byte verified: ${summary.piecesVerified} pieces against the manifest\n`
-              : 'not verified: no manifest (headers validated, bytes trusted)\n'),
-        );
-      }
-      return 0;
     } finally {
-      await closeModelSource(model);
       await origin.close();
     }
+    progress.finish();
+    const summary = {
+      event: 'done',
+      ...result,
+      mibPerSecond: result.seconds > 0 ? result.bytes / MiB / result.seconds : null,
+      // maxRSS is in kilobytes: the peak resident memory of this process so far.
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    };
+    if (json) io.stdout(JSON.stringify(summary) + '\n');
+    else io.stdout(renderModelSummary(summary));
+    return 0;
   } catch (error) {
     progress.finish();
     return reportError(io, error, json);
   }
+}
+
+function renderModelSummary(result: LoadModelResult & { peakRssBytes: number }): string {
+  return (
+    `loaded ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.files} files into ${result.to} (${result.format}) ` +
+    `in ${formatSeconds(result.seconds)}, ${formatRate(result.bytes, result.seconds)}\n` +
+    `peak RSS ${formatBytes(result.peakRssBytes)}; buffers at most ${formatBytes(result.residentBytesPeak)} of the ${formatBytes(result.memoryBytes)} budget\n` +
+    (result.verified
+      ? `every byte verified: ${result.piecesVerified} pieces against the manifest\n`
+      : 'not verified: no manifest (headers validated, bytes trusted)\n')
+  );
 }
 
 function parseFormat(text: string): 'hf' | 'shm' {

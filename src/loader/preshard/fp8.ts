@@ -14,6 +14,7 @@
 
 import { WeightcastError } from '../../errors.js';
 import type { Dtype } from '../../format/dtype.js';
+import { roundHalfEven } from '../../format/float-bits.js';
 
 export const E4M3_MAX = 448;
 /** Scales are `max(amax, AMAX_MIN) / 448`, so an all-zero tensor gets a tiny positive scale, never 0. */
@@ -124,16 +125,8 @@ export function encodeE4m3(value: number): number {
   return encodeE4m3Bits(bitsFromF32(value));
 }
 
-/** Decoding has one implementation (the synthesiser's); the encoder here is written separately. */
-export { decodeE4m3 } from '../../synth/float-bits.js';
-
-function roundHalfEven(value: number): number {
-  const floor = Math.floor(value);
-  const fraction = value - floor;
-  if (fraction > 0.5) return floor + 1;
-  if (fraction < 0.5) return floor;
-  return floor % 2 === 0 ? floor : floor + 1;
-}
+/** Decoding has one implementation (in src/format/float-bits.ts, the synthesiser's too); the encoder here is written separately. */
+export { decodeE4m3 } from '../../format/float-bits.js';
 
 /** Quantises one element: float32(w / scale), encoded. */
 export function quantiseBits(bits: number, scale: number): number {

@@ -23,6 +23,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Role } from '../../auth/gate.js';
 import { WeightcastError } from '../../errors.js';
+import type { HttpRoutes } from '../../swarm/wire/http-json.js';
 import {
   commitSchema,
   createModelSchema,
@@ -40,7 +41,7 @@ import { checkedManifest, type CatalogStore } from './store.js';
 import { MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */
-export type CatalogRoutes = (req: IncomingMessage, res: ServerResponse, role: Role) => Promise<void>;
+export type CatalogRoutes = HttpRoutes;
 
 export function catalogRoutes(store: CatalogStore): CatalogRoutes {
   return async (req, res, role) => {

@@ -14,10 +14,9 @@ import { WeightcastError } from '../../errors.js';
 import { manifestDigest, parseManifest } from '../../manifest/manifest.js';
 import { PieceMap } from '../../piece/piece-map.js';
 import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/protocol.js';
-import { listenOn, readJsonBody, sendError, sendJson, statusOf } from '../wire/http-json.js';
+import { listenOn, readJsonBody, sendError, sendJson, statusOf, type HttpRoutes } from '../wire/http-json.js';
 import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
-import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 
 export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
@@ -29,7 +28,7 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   hostsMax?: number;
   onEvent?: (event: SchedulerEvent) => void;
   /** The seed tier's catalog routes (`--catalog DIR`), answered under `/v1/catalog`. */
-  catalog?: CatalogRoutes;
+  catalog?: HttpRoutes;
   /** Timeouts, connections per address and the body budget (src/util/server-limits.ts). */
   limits?: Partial<ServerLimits>;
   /**

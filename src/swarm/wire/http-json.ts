@@ -15,9 +15,16 @@ import {
 } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { authHeaders, httpsAgentOf, untrustedCertificate, type ServiceAccess } from '../../auth/transport.js';
+import type { Role } from '../../auth/gate.js';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError, type ErrorCode } from '../../errors.js';
 import { takeBodyBytes } from '../../util/server-limits.js';
 import { JSON_BODY_BYTES_MAX } from './limits.js';
+
+/**
+ * A handler for a group of routes that a server mounts under a prefix and hands the whole request
+ * (the scheduler mounts the seed catalog's `/v1/catalog`); it answers every request, errors included.
+ */
+export type HttpRoutes = (req: IncomingMessage, res: ServerResponse, role: Role) => Promise<void>;
 
 /**
  * Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). On a

@@ -14,7 +14,7 @@ import {
   quantiseBlocks,
   scaleFor,
 } from '../../../src/loader/preshard/fp8.js';
-import { encodeBf16, encodeE4m3 as referenceEncode } from '../../../src/synth/float-bits.js';
+import { encodeBf16, encodeE4m3 as referenceEncode } from '../../../src/format/float-bits.js';
 
 test('known values: zero, subnormals, normals, 448, saturation, NaN', () => {
   const cases: Array<[number, number]> = [

@@ -17,7 +17,7 @@ import { readModelDirectory } from '../../../src/loader/plan/files.js';
 import type { ParallelPlan } from '../../../src/loader/plan/types.js';
 import type { PreshardManifest, PreshardManifestTensor } from '../../../src/loader/preshard/manifest.js';
 import { PRESHARD_MANIFEST_NAME, RANK_PART_PATTERN } from '../../../src/loader/preshard/naming.js';
-import { decodeBf16, decodeE4m3, decodeF16, encodeE4m3 } from '../../../src/synth/float-bits.js';
+import { decodeBf16, decodeE4m3, decodeF16, encodeE4m3 } from '../../../src/format/float-bits.js';
 import { loadAllTensors, referenceSlice, type LoadedTensor } from '../plan/helpers.js';
 
 export interface OutputTensorBytes {

@@ -1,14 +1,11 @@
 /**
  * The pure planning of pre-sharding: output names and shapes per layout, read units (fused parts read
  * together, whatever lies between them joining the unit, parts in different files staged), the memory
- * check, and the purity of every module but the I/O shell.
+ * check. (That every module but the I/O shell is pure: test/tidy.test.ts.)
  */
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { isWeightcastError } from '../../../src/errors.js';
 import { DTYPE_BITS } from '../../../src/format/dtype.js';
 import { buildParallelPlan } from '../../../src/loader/plan/build.js';
@@ -171,30 +168,4 @@ test('memory: scratch for the largest built output, read buffer for the largest 
     (error) => isWeightcastError(error, 'LOADER_TENSOR_TOO_LARGE'),
   );
   checkMemory(layout, units, plan.largestUnitBytes + plan.scratchBytes);
-});
-
-test('every pre-shard module but the I/O shell is pure', () => {
-  const folder = fileURLToPath(new URL('../../../../src/loader/preshard/', import.meta.url));
-  const banned = [
-    /\bDate\.now\s*\(/,
-    /\bperformance\.now\s*\(/,
-    /\bMath\.random\s*\(/,
-    /\bsetTimeout\s*\(|\bsetInterval\s*\(|\bsetImmediate\s*\(/,
-    /['"]node:(fs|fs\/promises|net|http|https|child_process|worker_threads|timers)['"]/,
-  ];
-  const files = readdirSync(folder).filter(
-    (name) => name.endsWith('.ts') && name !== 'preshard.ts' && name !== 'index.ts',
-  );
-  assert.ok(files.length >= 6, `found ${files.length} files`);
-  const violations: string[] = [];
-  for (const file of files) {
-    readFileSync(join(folder, file), 'utf8')
-      .split('\n')
-      .forEach((line, index) => {
-        if (/^\s*(\/\/|\*)/.test(line) || /^\s*import type\b/.test(line)) return;
-        if (banned.some((pattern) => pattern.test(line)))
-          violations.push(`${file}:${index + 1}: ${line.trim()}`);
-      });
-  }
-  assert.deepEqual(violations, []);
 });

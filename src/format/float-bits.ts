@@ -1,7 +1,7 @@
 /**
- * Bit-level conversions between JavaScript numbers and the narrow float formats synthetic weights are
- * stored in (BF16, F16, FP8 E4M3). They run only while value pools are built and in tests, so they
- * favour clarity over speed. All encoders round to nearest, ties to even.
+ * Bit-level conversions between JavaScript numbers and the narrow float dtypes (BF16, F16, FP8 E4M3):
+ * the synthesiser's value pools, the pre-sharder's FP8 decoding and the tests use them. They run
+ * outside hot loops, so they favour clarity over speed. All encoders round to nearest, ties to even.
  */
 
 const scratch = new DataView(new ArrayBuffer(4));
@@ -83,7 +83,8 @@ export function isE4m3Nan(bits: number): boolean {
   return (bits & 0x7f) === 0x7f;
 }
 
-function roundHalfEven(value: number): number {
+/** Rounds to the nearest integer, ties to even (IEEE 754's default rounding). */
+export function roundHalfEven(value: number): number {
   const floor = Math.floor(value);
   const fraction = value - floor;
   if (fraction > 0.5) return floor + 1;

@@ -8,7 +8,7 @@ import {
   encodeE4m3,
   encodeF16,
   isE4m3Nan,
-} from '../../src/synth/float-bits.js';
+} from '../../src/format/float-bits.js';
 
 test('bf16 encodes known values and rounds to nearest even', () => {
   assert.equal(encodeBf16(1), 0x3f80);
