@@ -157,6 +157,12 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'a directory stands where the model has a file',
   },
+  PULL_DESTINATION_SYMLINK: {
+    status: 500,
+    exit: 2,
+    remote: true,
+    summary: 'a symbolic link inside the destination, which a pull does not write through',
+  },
   // the swarm (src/swarm)
   SWARM_PROTOCOL: {
     status: 400,
@@ -181,6 +187,14 @@ export const ERROR_CATALOGUE = {
     exit: 1,
     remote: true,
     summary: "an agent's upload slots or local reads are full (HTTP 503 with `Retry-After`)",
+  },
+  SERVER_BUSY: {
+    status: 503,
+    exit: 1,
+    resumable: true,
+    remote: true,
+    summary:
+      "a service's buffer for request bodies or its connections from one address are full (HTTP 503 with `Retry-After`)",
   },
   SWARM_PIECE_NOT_HELD: {
     status: 404,

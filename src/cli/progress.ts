@@ -12,6 +12,12 @@ const JSON_LINE_MS = 1000;
 
 export interface Progress {
   update(done: number, total: number, note?: string): void;
+  /**
+   * Work already done before this run (a resumed pull's verified pieces), left out of the rate.
+   * Without it the rate counts everything from 0: taking the first update as the start made a pull
+   * whose first update was its whole file (a 3-byte file) report 0 B/s.
+   */
+  startFrom(done: number): void;
   /** Prints a line of its own without garbling the bar. */
   log(line: string): void;
   finish(): void;
@@ -21,14 +27,12 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
   const started = performance.now();
   let lastDraw = 0;
   let drawn = false;
-  // Work already done when the first update arrives (a resumed pull) does not count towards the rate.
-  let doneAtStart: number | undefined;
+  let doneAtStart = 0;
   const jsonOut = (text: string): void => (json ? io.stdout(text) : io.stderr(text));
   return {
     update(done, total, note) {
       const now = performance.now();
       const finished = done >= total;
-      doneAtStart ??= done;
       if (io.stderrIsTTY && !json) {
         if (now - lastDraw < REDRAW_MS && !finished) return;
         lastDraw = now;
@@ -53,6 +57,9 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
         }) + '\n',
       );
     },
+    startFrom(done) {
+      doneAtStart = done;
+    },
     log(line) {
       if (drawn) io.stderr('\r\x1b[2K');
       io.stderr(line + '\n');
@@ -63,4 +70,20 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
       drawn = false;
     },
   };
+}
+
+/** The line shown while an origin is retried: what failed, and how much of the budget is left. */
+export function originRetryLine(event: {
+  path: string;
+  attempt: number;
+  delayMs: number;
+  elapsedMs: number;
+  budgetMs: number;
+  reason: string;
+}): string {
+  const seconds = (ms: number): string => `${Math.round(ms / 1000)} s`;
+  return (
+    `origin unavailable for ${event.path} (${event.reason}); retry ${event.attempt} in ` +
+    `${Math.round(event.delayMs)} ms, ${seconds(event.elapsedMs)} of ${seconds(event.budgetMs)} waited`
+  );
 }

@@ -11,13 +11,14 @@
 
 import { createReadStream, type Stats } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Transform, Writable, pipeline } from 'node:stream';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 import { Throttle } from '../util/throttle.js';
+import { createLimitedServer, resolveLimits, type ServerLimits } from '../util/server-limits.js';
 
 export type FaultAction =
   /** Answer with this status (and `Retry-After` if given) instead of the file. */
@@ -54,6 +55,8 @@ export interface FileServerOptions {
   token?: string;
   /** Caps the server's total sending rate (all responses together), like an origin's uplink. */
   rateBytesPerSecond?: number;
+  /** Timeouts and connections per address (src/util/server-limits.ts); requests have no body here. */
+  limits?: Partial<ServerLimits>;
 }
 
 export interface FileServerStats {
@@ -101,9 +104,14 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
     closing: closing.signal,
     throttle: options.rateBytesPerSecond === undefined ? undefined : new Throttle(options.rateBytesPerSecond),
   };
-  const server = createServer({ noDelay: true }, (request, response) => {
-    handleRequest(context, request, response).catch(() => response.destroy());
-  });
+  const limits = resolveLimits(options.limits, { requestTimeoutMs: 30_000, keepAliveTimeoutMs: 30_000 });
+  const server = createLimitedServer(
+    limits,
+    (request, response) => {
+      handleRequest(context, request, response).catch(() => response.destroy());
+    },
+    { noDelay: true },
+  );
   server.on('connection', () => {
     context.stats.connections += 1;
   });

@@ -24,7 +24,14 @@ import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/inde
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import type { Origin, OriginCallOptions, OriginEntry, OriginStats, ReadProgress } from './origin.js';
 import { RangeClient } from './range-socket.js';
-import { DEFAULT_BACKOFF_POLICY, isRetryableStatus, retryDelayMs, type BackoffPolicy } from './retry.js';
+import {
+  DEFAULT_BACKOFF_POLICY,
+  RETRY_BUDGET_MS_DEFAULT,
+  budgetedDelayMs,
+  isRetryableStatus,
+  retryDelayMs,
+  type BackoffPolicy,
+} from './retry.js';
 import { httpUrl } from '../util/http-url.js';
 
 export interface RetryEvent {
@@ -32,6 +39,9 @@ export interface RetryEvent {
   /** 1 for the first retry. */
   attempt: number;
   delayMs: number;
+  /** Time since the call's first attempt, and the budget it retries within. */
+  elapsedMs: number;
+  budgetMs: number;
   reason: string;
   error: WeightcastError;
 }
@@ -49,7 +59,12 @@ export interface HttpOriginOptions {
    * with no round trip between. Default 1.
    */
   pipeline?: number;
-  /** Retries after the first attempt of each call before ORIGIN_RETRIES_EXHAUSTED. Default 5. */
+  /**
+   * How long one call keeps retrying transient failures (an outage) before ORIGIN_RETRIES_EXHAUSTED.
+   * Default 60 000.
+   */
+  retryBudgetMs?: number;
+  /** Retries after the first attempt of each call, at most (the budget usually ends them first). Default 1000. */
   retries?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
@@ -87,7 +102,7 @@ export const COMPANION_FILES = [
 export const SINGLE_FILE_NAME = 'model.safetensors';
 
 const CONNECTIONS_DEFAULT = 8;
-const RETRIES_DEFAULT = 5;
+const RETRIES_DEFAULT = 1000;
 const CONNECT_TIMEOUT_MS_DEFAULT = 10_000;
 const HEADERS_TIMEOUT_MS_DEFAULT = 30_000;
 const BODY_IDLE_TIMEOUT_MS_DEFAULT = 30_000;
@@ -177,6 +192,7 @@ export class HttpOrigin implements Origin {
   private readonly token: string | undefined;
   private readonly connections: number;
   private readonly retries: number;
+  private readonly retryBudgetMs: number;
   private readonly policy: BackoffPolicy;
   private readonly files: OriginEntry[] | undefined;
   private readonly onRetry: ((event: RetryEvent) => void) | undefined;
@@ -192,6 +208,7 @@ export class HttpOrigin implements Origin {
     this.token = options.token === '' ? undefined : options.token;
     this.connections = positiveInteger(options.connections, CONNECTIONS_DEFAULT, 'connections');
     this.retries = Math.max(0, Math.floor(options.retries ?? RETRIES_DEFAULT));
+    this.retryBudgetMs = Math.max(0, options.retryBudgetMs ?? RETRY_BUDGET_MS_DEFAULT);
     this.policy = {
       baseMs: options.backoffBaseMs ?? DEFAULT_BACKOFF_POLICY.baseMs,
       maxMs: options.backoffMaxMs ?? DEFAULT_BACKOFF_POLICY.maxMs,
@@ -332,9 +349,10 @@ export class HttpOrigin implements Origin {
     return results;
   }
 
-  /** Runs `attempt` until it succeeds, fails for good, or the retry budget is spent. */
+  /** Runs `attempt` until it succeeds, fails for good, or the retry budget (time or count) is spent. */
   private async withRetries<T>(call: Call, attempt: () => Promise<T>): Promise<T> {
     const attempts = this.retries + 1;
+    const startedMs = performance.now();
     for (let attemptNumber = 1; attemptNumber <= attempts; attemptNumber++) {
       throwIfAborted(call.signal, call.what);
       try {
@@ -342,28 +360,49 @@ export class HttpOrigin implements Origin {
       } catch (error) {
         const failure = this.asOriginError(error, call);
         if (failure.details.retryable !== true) throw failure;
-        if (attemptNumber === attempts) {
+        const elapsedMs = performance.now() - startedMs;
+        const delayMs = budgetedDelayMs(
+          this.retryDelay(attemptNumber, failure),
+          elapsedMs,
+          this.retryBudgetMs,
+        );
+        if (attemptNumber === attempts || delayMs === undefined) {
           throw new WeightcastError(
             'ORIGIN_RETRIES_EXHAUSTED',
-            `${call.what} from ${this.location} failed ${attempts} times; last: ${failure.message}`,
-            { file: call.path, attempts },
+            `${call.what} from ${this.location} failed ${attemptNumber} times in ${(elapsedMs / 1000).toFixed(1)} s ` +
+              `(retry budget ${(this.retryBudgetMs / 1000).toFixed(0)} s); last: ${failure.message}`,
+            { file: call.path, attempts: attemptNumber, elapsedMs: Math.round(elapsedMs) },
             { cause: failure },
           );
         }
-        await this.backOff(call, attemptNumber, failure);
+        await this.backOff(call, attemptNumber, failure, delayMs, elapsedMs);
       }
     }
     assert(false, 'the retry loop returns or throws on its last attempt');
   }
 
-  private async backOff(call: Call, attempt: number, error: WeightcastError): Promise<void> {
+  private retryDelay(attempt: number, error: WeightcastError): number {
     const retryAfter = typeof error.details.retryAfter === 'string' ? error.details.retryAfter : undefined;
-    const delayMs = retryDelayMs(
-      { attempt, retryAfter, random: this.random(), nowMs: Date.now() },
-      this.policy,
-    );
+    return retryDelayMs({ attempt, retryAfter, random: this.random(), nowMs: Date.now() }, this.policy);
+  }
+
+  private async backOff(
+    call: Call,
+    attempt: number,
+    error: WeightcastError,
+    delayMs: number,
+    elapsedMs: number,
+  ): Promise<void> {
     this.stats.retries += 1;
-    this.onRetry?.({ path: call.path, attempt, delayMs, reason: error.message, error });
+    this.onRetry?.({
+      path: call.path,
+      attempt,
+      delayMs,
+      elapsedMs,
+      budgetMs: this.retryBudgetMs,
+      reason: error.message,
+      error,
+    });
     if (delayMs <= 0) return;
     try {
       await sleepMs(delayMs, undefined, call.signal === undefined ? {} : { signal: call.signal });

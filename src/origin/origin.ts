@@ -54,3 +54,13 @@ export interface OriginStats {
   retries: number;
   bytesRead: number;
 }
+
+/**
+ * Origin failures that reading again cannot fix: the file is not there (404), access is refused,
+ * or an outage outlasted the retry budget. A swarm member stops its model on these rather than
+ * have the scheduler assign the same read again and again.
+ */
+export function isFinalOriginError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'ORIGIN_NOT_FOUND' || code === 'ORIGIN_HTTP_STATUS' || code === 'ORIGIN_RETRIES_EXHAUSTED';
+}

@@ -7,7 +7,13 @@
  * [0, min(maxMs, baseMs * 2^(attempt - 1))). Full jitter spreads a herd of clients that all failed at
  * once, instead of having them return in lockstep. With `Retry-After` the server knows best, so its
  * value is used as is, capped so a hostile or confused server cannot park us for hours.
+ *
+ * Retries of one call stop when its time budget is spent (an origin outage is waited out for that
+ * long, 60 s by default, then fails clearly): the last wait is cut to what is left of the budget.
  */
+
+/** How long a call keeps retrying an origin that fails transiently (`--origin-retry-s`). */
+export const RETRY_BUDGET_MS_DEFAULT = 60_000;
 
 export interface BackoffPolicy {
   /** The ceiling of the first retry's delay. */
@@ -58,6 +64,16 @@ export function parseRetryAfterMs(value: string | undefined, nowMs: number): num
   const dateMs = Date.parse(text);
   if (Number.isNaN(dateMs)) return undefined;
   return Math.max(0, dateMs - nowMs);
+}
+
+/**
+ * The wait before the next attempt within a budget: the backoff's `delayMs`, cut to what is left of
+ * `budgetMs` after `elapsedMs`; undefined once nothing is left (the call has failed for good).
+ */
+export function budgetedDelayMs(delayMs: number, elapsedMs: number, budgetMs: number): number | undefined {
+  const leftMs = budgetMs - elapsedMs;
+  if (!(leftMs > 0)) return undefined;
+  return Math.max(0, Math.min(delayMs, leftMs));
 }
 
 /** Statuses that say "try again later" rather than "this will never work". */

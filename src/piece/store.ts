@@ -15,6 +15,7 @@
  */
 
 import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { constants } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../errors.js';
@@ -388,7 +389,7 @@ export class PieceStore {
     await state.handle.datasync();
     const file = this.map.manifest.files[fileIndex];
     if (file === undefined) return;
-    const target = join(this.options.finalDir, file.path);
+    const target = await pathWithoutSymlinks(this.options.finalDir, file.path);
     await mkdir(dirname(target), { recursive: true });
     const existing = await stat(target).catch(() => undefined);
     if (existing?.isDirectory() === true) {
@@ -431,8 +432,14 @@ async function openFile(
   file: { path: string; size: number; pieces: readonly string[] },
   options: PieceStoreOptions,
 ): Promise<FileState> {
-  const dataPath = join(options.dataDir, file.path);
-  const finalPath = options.finalDir === undefined ? undefined : join(options.finalDir, file.path);
+  // A destination's paths are the user's: no link below it is followed (src/util/no-symlinks.ts);
+  // its partial files are in it too.
+  const inDestination = options.finalDir !== undefined;
+  const dataPath = inDestination
+    ? await pathWithoutSymlinks(options.dataDir, file.path)
+    : join(options.dataDir, file.path);
+  const finalPath =
+    options.finalDir === undefined ? undefined : await pathWithoutSymlinks(options.finalDir, file.path);
   // A completed pull file already sits at its final name; it is adopted below if it verifies.
   const atFinal =
     finalPath !== undefined &&

@@ -9,6 +9,7 @@
  */
 
 import { constants } from 'node:fs';
+import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { copyFile, link, mkdir, open, rename, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeightcastError, abortError } from '../errors.js';
@@ -57,13 +58,13 @@ export async function placeFiles(
   const partialRoot = join(to, PLACE_DIR);
   for (const file of manifest.files) {
     if (options.signal?.aborted === true) throw abortError(options.signal, 'placing the files');
-    const target = join(to, file.path);
+    const target = await pathWithoutSymlinks(to, file.path);
     if ((await stat(target).catch(() => undefined)) !== undefined) {
       throw new WeightcastError('PULL_DESTINATION_CONFLICT', `${target} already exists; move it away first`, {
         file: target,
       });
     }
-    const partial = join(partialRoot, file.path);
+    const partial = await pathWithoutSymlinks(to, `${PLACE_DIR}/${file.path}`);
     await mkdir(dirname(partial), { recursive: true });
     await rm(partial, { force: true });
     const method = await placeOne(join(from, file.path), partial, options.mode ?? 'copy');

@@ -33,6 +33,7 @@ import {
 import { merkleRoot } from '../manifest/merkle.js';
 import type { Origin } from '../origin/origin.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
+import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
 import { JournalWriter, bootId, readJournal, type JournalRecord } from '../piece/journal.js';
 
@@ -144,7 +145,7 @@ async function preparePull(
   signal: AbortSignal,
 ): Promise<PullState> {
   const stateDir = join(dest, STATE_DIR_NAME);
-  const partialDir = join(stateDir, 'partial');
+  const partialDir = await pathWithoutSymlinks(dest, `${STATE_DIR_NAME}/partial`);
   const { manifest, trust } = await chooseManifest(origin, stateDir, options, signal);
   const pieceSize = manifest?.pieceSize ?? options.pieceSize ?? PIECE_SIZE_DEFAULT;
   checkPieceSize(pieceSize);
@@ -339,7 +340,7 @@ async function adoptCompleteFile(
   pool: HashPool,
   signal: AbortSignal,
 ): Promise<boolean> {
-  const finalPath = join(state.dest, file.path);
+  const finalPath = await pathWithoutSymlinks(state.dest, file.path);
   const info = await stat(finalPath).catch(() => undefined);
   if (info === undefined) return false;
   if (info.isDirectory()) {
@@ -607,7 +608,7 @@ async function writePiece(
 
 function partialHandle(state: PullState, file: FileWork): Promise<FileHandle> {
   file.handle ??= (async () => {
-    const path = join(state.partialDir, file.path);
+    const path = await pathWithoutSymlinks(state.partialDir, file.path);
     await mkdir(dirname(path), { recursive: true });
     // 'a+' would ignore positions; open for update, creating without truncating what is there.
     const handle = await open(path, 'r+').catch(async (error: NodeJS.ErrnoException) => {
@@ -629,7 +630,7 @@ async function finishFile(state: PullState, file: FileWork, options: PullOptions
   await handle.datasync();
   await handle.close();
   delete file.handle;
-  const finalPath = join(state.dest, file.path);
+  const finalPath = await pathWithoutSymlinks(state.dest, file.path);
   await mkdir(dirname(finalPath), { recursive: true });
   const existing = await stat(finalPath).catch(() => undefined);
   if (existing?.isDirectory() === true) {

@@ -25,6 +25,8 @@ export interface SwarmPullOptions {
   uploadBytesPerSecond?: number;
   downloadBytesPerSecond?: number;
   token?: string;
+  /** How long an origin read waits out an outage (AgentOptions.originRetryBudgetMs). */
+  originRetryBudgetMs?: number;
   /** Who may read pieces from this pull while it runs (the cluster token); see AgentOptions. */
   credentials?: ServiceCredentials;
   /** What this pull sends to the scheduler and its peers. */
@@ -67,6 +69,9 @@ export async function swarmPull(
       ? {}
       : { downloadBytesPerSecond: options.downloadBytesPerSecond }),
     ...(options.onEvent === undefined ? {} : { onEvent: options.onEvent }),
+    ...(options.originRetryBudgetMs === undefined
+      ? {}
+      : { originRetryBudgetMs: options.originRetryBudgetMs }),
     ...(options.credentials === undefined ? {} : { credentials: options.credentials }),
     ...(options.access === undefined ? {} : { access: options.access }),
     ...(options.tls === undefined ? {} : { tls: options.tls }),

@@ -60,7 +60,9 @@ export function formatBytes(bytes: number): string {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(value < 10 ? 2 : 1)} ${units[unit]}`;
+  // Under 1 KiB: whole bytes as they are, a fraction (a rate) with two digits at most.
+  if (unit === 0) return `${Number.isInteger(bytes) ? bytes : bytes.toFixed(Math.abs(bytes) < 10 ? 2 : 1)} B`;
+  return `${value.toFixed(value < 10 ? 2 : 1)} ${units[unit]}`;
 }
 
 export function formatRate(bytes: number, seconds: number): string {

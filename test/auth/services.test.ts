@@ -158,7 +158,11 @@ describe('cluster credentials on the services', { timeout: 60_000 }, () => {
   });
 
   it('a seed node and the peer API: 401 without a credential, 403 for a member writing, nothing changes', async () => {
-    const seed = await SeedNode.open({ dir: join(work.path, 'seed') });
+    const seed = await SeedNode.open({
+      dir: join(work.path, 'seed'),
+      catalogUrl: scheduler.url,
+      access: member,
+    });
     const agent = await Agent.start({
       schedulerUrl: scheduler.url,
       cacheDir: join(work.path, 'seed-agent'),
@@ -175,6 +179,8 @@ describe('cluster credentials on the services', { timeout: 60_000 }, () => {
         where.offset,
         where.offset + where.length,
       );
+      // A seed node takes only models the catalog has: the operator files the manifest first.
+      await new CatalogClient(scheduler.url, operator).announceModel(manifest);
       await new SeedNodeClient('s', agent.url, operator).putManifest(manifest);
       assert.equal(await new SeedNodeClient('s', agent.url, operator).putPiece(hex, 0, bytes), 'stored');
 

@@ -58,3 +58,12 @@ test('only "try later" statuses are retryable', () => {
   for (const status of [400, 401, 403, 404, 416, 501])
     assert.equal(isRetryableStatus(status), false, String(status));
 });
+
+test('a retry budget cuts the last wait to what is left, then ends the retries', async () => {
+  const { budgetedDelayMs } = await import('../../src/origin/retry.js');
+  assert.equal(budgetedDelayMs(500, 0, 60_000), 500);
+  assert.equal(budgetedDelayMs(5000, 58_000, 60_000), 2000);
+  assert.equal(budgetedDelayMs(100, 60_000, 60_000), undefined);
+  assert.equal(budgetedDelayMs(100, 61_000, 60_000), undefined);
+  assert.equal(budgetedDelayMs(100, 0, 0), undefined);
+});

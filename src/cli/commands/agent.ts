@@ -6,11 +6,14 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
+import { originRetryLine } from '../progress.js';
+import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
+import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
 
-export interface AgentFlags extends AccessFlags {
+export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   scheduler: string;
   cache: string;
   port: string;
@@ -25,6 +28,7 @@ export interface AgentFlags extends AccessFlags {
   destinationRoot: string[];
   injectCorruptUploads?: boolean;
   role: string;
+  originRetryS?: string;
   injectSeedCorruptStores?: boolean;
   json?: boolean;
 }
@@ -54,6 +58,10 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       port,
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
       destinationRoots: flags.destinationRoot,
+      limits: serverLimitsFromFlags(flags),
+      ...(flags.originRetryS === undefined
+        ? {}
+        : { originRetryBudgetMs: originRetryBudgetMs(flags.originRetryS) }),
       ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
       ...(flags.name === undefined ? {} : { name: flags.name }),
       ...(flags.zone === undefined ? {} : { zone: flags.zone }),
@@ -86,6 +94,7 @@ async function openSeedNode(
   const { SeedNode } = await import('../../seed/node/seed-node.js');
   return SeedNode.open({
     dir: join(flags.cache, 'seed'),
+    catalogUrl: flags.scheduler,
     access,
     ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
     ...(flags.injectSeedCorruptStores === true ? { corruptStores: true } : {}),
@@ -129,6 +138,9 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
       break;
     case 'failed':
       io.stdout(`model ${model}: stopped: ${event.code}: ${event.reason}\n`);
+      break;
+    case 'origin-retry':
+      io.stdout(`model ${model}: ${originRetryLine(event)}\n`);
       break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);

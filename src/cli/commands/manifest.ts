@@ -20,6 +20,7 @@ export interface ManifestFlags {
   fileSha256?: boolean;
   threads?: string;
   token?: string;
+  originRetryS?: string;
 }
 
 export async function manifestCommand(src: string, flags: ManifestFlags, io: CliIo): Promise<number> {

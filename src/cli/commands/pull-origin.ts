@@ -119,6 +119,7 @@ function onPullEvent(event: PullEvent, progress: Progress, io: CliIo, json: bool
   };
   switch (event.type) {
     case 'plan':
+      progress.startFrom(event.bytesReused);
       if (event.trust) {
         line(
           'weightcast: no --manifest given: pieces are hashed but can only be checked against the origin itself (this trusts the origin)',

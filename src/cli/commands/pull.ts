@@ -9,7 +9,7 @@ import { WeightcastError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
-import { createProgress } from '../progress.js';
+import { createProgress, originRetryLine } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
@@ -22,6 +22,7 @@ export interface PullFlags extends AccessFlags {
   memoryMb: string;
   pieceSize?: string;
   token?: string;
+  originRetryS?: string;
   json?: boolean;
   scheduler?: string;
   /** A URL; false with --no-agent. */
@@ -151,13 +152,17 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
     const access = await resolveAccess(flags);
     const token = flags.token ?? process.env['WEIGHTCAST_TOKEN'] ?? process.env['HF_TOKEN'];
     const started = performance.now();
-    const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void =>
-      progress.update(
+    let firstStatus = true;
+    const onProgress = (status: { held: number; pieceCount: number; totalBytes: number }): void => {
+      const done =
         status.pieceCount === 0
           ? status.totalBytes
-          : Math.round((status.totalBytes * status.held) / status.pieceCount),
-        status.totalBytes,
-      );
+          : Math.round((status.totalBytes * status.held) / status.pieceCount);
+      // The first status comes before any transfer: what it holds was verified before this pull.
+      if (firstStatus) progress.startFrom(done);
+      firstStatus = false;
+      progress.update(done, status.totalBytes);
+    };
     let summary: Record<string, unknown>;
     let fileCount: number;
     if (flags.scheduler !== undefined) {
@@ -181,6 +186,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         onEvent: (event) => {
           if (event.type === 'scheduler-lost')
             progress.log(`weightcast: scheduler lost (${event.reason}); carrying on with known peers`);
+          if (event.type === 'origin-retry') progress.log(`weightcast: ${originRetryLine(event)}`);
           if (event.type === 'piece' && event.outcome === 'corrupt')
             progress.log(
               `weightcast: piece ${event.piece} from a ${event.from} failed verification; fetching it elsewhere`,
@@ -194,6 +200,9 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         access: access.client,
         ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),
         insecure: access.insecure,
+        ...(flags.originRetryS === undefined
+          ? {}
+          : { originRetryBudgetMs: (await import('./shared.js')).originRetryBudgetMs(flags.originRetryS) }),
       });
       summary = { ...result };
     } else {

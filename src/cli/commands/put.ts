@@ -21,6 +21,7 @@ export interface PutFlags extends AccessFlags {
   nodeUploads: string;
   seed: string;
   token?: string;
+  originRetryS?: string;
   json?: boolean;
 }
 

@@ -6,10 +6,11 @@ import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
+import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 import type { CatalogStore } from '../../seed/catalog/store.js';
 
-export interface SchedulerFlags extends AccessFlags {
+export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   port: string;
   host: string;
   originReaders: string;
@@ -46,6 +47,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
+      limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
         else if (event.type === 'swarm-created')

@@ -9,8 +9,9 @@ import { WeightcastError } from '../../errors.js';
 import { startFileServer } from '../../origin/file-server.js';
 import { fileServerOptions } from '../../origin/file-server-main.js';
 import { EXIT_OK, reportError, untilInterrupted, type CliIo } from '../io.js';
+import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 
-export interface ServeFlags {
+export interface ServeFlags extends ServerLimitFlags {
   port: string;
   host: string;
   token?: string;
@@ -19,7 +20,7 @@ export interface ServeFlags {
 
 export async function serveCommand(dir: string, flags: ServeFlags, io: CliIo): Promise<number> {
   try {
-    const options = fileServerOptions({ root: dir, ...flags });
+    const options = { ...fileServerOptions({ root: dir, ...flags }), limits: serverLimitsFromFlags(flags) };
     // A missing directory would otherwise be a server that answers 404 to everything.
     const isDirectory = await stat(dir).then(
       (stats) => stats.isDirectory(),

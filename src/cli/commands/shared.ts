@@ -1,12 +1,15 @@
 /** Option handling shared by the commands that read from an origin or talk to a swarm service. */
 
+import { WeightcastError } from '../../errors.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
-import type { Progress } from '../progress.js';
+import { originRetryLine, type Progress } from '../progress.js';
 
 export interface OriginFlags {
   token?: string;
   connections?: number;
+  /** `--origin-retry-s`: how long one read waits out an origin outage, in seconds. */
+  originRetryS?: string;
   /** Known files (from a manifest): an HTTP origin then needs no listing. */
   files?: OriginEntry[];
 }
@@ -18,9 +21,19 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
     ...(token !== undefined && token !== '' ? { token } : {}),
     ...(flags.connections !== undefined ? { connections: flags.connections } : {}),
     ...(flags.files !== undefined ? { files: flags.files } : {}),
-    onRetry: (info) =>
-      progress?.log(
-        `weightcast: retrying ${info.path} in ${Math.round(info.delayMs)} ms (attempt ${info.attempt}): ${info.reason}`,
-      ),
+    ...(flags.originRetryS !== undefined ? { retryBudgetMs: originRetryBudgetMs(flags.originRetryS) } : {}),
+    onRetry: (info) => progress?.log(`weightcast: ${originRetryLine(info)}`),
   });
+}
+
+/** `--origin-retry-s S` in milliseconds (0: fail at the first transient error). */
+export function originRetryBudgetMs(text: string): number {
+  const seconds = Number(text);
+  if (!/^\d+(\.\d+)?$/.test(text.trim()) || !Number.isFinite(seconds)) {
+    throw new WeightcastError(
+      'USAGE',
+      `--origin-retry-s must be a number of seconds, got ${JSON.stringify(text)}`,
+    );
+  }
+  return Math.round(seconds * 1000);
 }

@@ -3,11 +3,11 @@
 import { Option } from 'commander';
 import type { AgentFlags } from '../commands/agent.js';
 import type { RegisterCommand } from './index.js';
-import { withAccessOptions } from './shared.js';
+import { withAccessOptions, withOriginRetryOption, withServerLimitOptions } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
-  withAccessOptions(program.command('agent'), 'service')
+  const command = withAccessOptions(program.command('agent'), 'service')
     .description('Run a swarm agent: a verified piece cache that fetches from peers and serves them')
     .requiredOption('--scheduler <url>', 'the scheduler, e.g. http://10.0.0.1:7000')
     .requiredOption('--cache <dir>', 'where verified pieces are kept (a restart resumes from here)')
@@ -37,7 +37,8 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
         .default('swarm'),
     )
     // Fault injection for tests: as a seed node, store every piece with one byte flipped.
-    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp())
+    .addOption(new Option('--inject-seed-corrupt-stores').hideHelp());
+  withOriginRetryOption(withServerLimitOptions(command, 30))
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: AgentFlags) => {
       const { agentCommand } = await import('../commands/agent.js');

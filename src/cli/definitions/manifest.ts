@@ -2,10 +2,10 @@
 
 import type { ManifestFlags } from '../commands/manifest.js';
 import type { RegisterCommand } from './index.js';
-import { withTokenOption } from './shared.js';
+import { withOriginRetryOption, withTokenOption } from './shared.js';
 
 export const registerManifest: RegisterCommand = (program, io, setExitCode) => {
-  withTokenOption(program.command('manifest'))
+  withOriginRetryOption(withTokenOption(program.command('manifest')))
     .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
     .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
     .option(

@@ -3,14 +3,14 @@
 import type { PullFlags } from '../commands/pull.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../pull/defaults.js';
 import type { RegisterCommand } from './index.js';
-import { withAccessOptions, withTokenOption } from './shared.js';
+import { withAccessOptions, withOriginRetryOption, withTokenOption } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 /** Reads in flight per seed node for `--seeds` (measured: 4 per node fills 6 nodes' links). */
 export const SEED_READS_PER_NODE = 4;
 
 export const registerPull: RegisterCommand = (program, io, setExitCode) => {
-  withAccessOptions(withTokenOption(program.command('pull')), 'client')
+  withOriginRetryOption(withAccessOptions(withTokenOption(program.command('pull')), 'client'))
     .description('Download a model with every piece verified; resumes where it stopped')
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--to <dir>', 'destination directory')

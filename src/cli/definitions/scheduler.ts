@@ -4,7 +4,7 @@ import type { SchedulerFlags } from '../commands/scheduler.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/defaults.js';
 import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
 import type { RegisterCommand } from './index.js';
-import { withAccessOptions } from './shared.js';
+import { withAccessOptions, withServerLimitOptions } from './shared.js';
 
 export const registerScheduler: RegisterCommand = (program, io, setExitCode) => {
   const command = withAccessOptions(program.command('scheduler'), 'service')
@@ -33,6 +33,7 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
     )
     .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
   ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
+  withServerLimitOptions(command, 60);
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')

@@ -2,9 +2,10 @@
 
 import type { ServeFlags } from '../commands/serve.js';
 import type { RegisterCommand } from './index.js';
+import { withServerLimitOptions } from './shared.js';
 
 export const registerServe: RegisterCommand = (program, io, setExitCode) => {
-  program
+  const command = program
     .command('serve')
     .description(
       'Serve a directory over HTTP with byte ranges (an origin for tests and demos); prints {"url": ...} once listening',
@@ -13,9 +14,9 @@ export const registerServe: RegisterCommand = (program, io, setExitCode) => {
     .option('--port <port>', 'port to listen on (0 = any)', '0')
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option('--token <token>', 'answer only requests with Authorization: Bearer <token>')
-    .option('--rate-mbps <mbit/s>', 'cap on what the server sends, all responses together')
-    .action(async (dir: string, flags: ServeFlags) => {
-      const { serveCommand } = await import('../commands/serve.js');
-      setExitCode(await serveCommand(dir, flags, io));
-    });
+    .option('--rate-mbps <mbit/s>', 'cap on what the server sends, all responses together');
+  withServerLimitOptions(command, 30).action(async (dir: string, flags: ServeFlags) => {
+    const { serveCommand } = await import('../commands/serve.js');
+    setExitCode(await serveCommand(dir, flags, io));
+  });
 };

@@ -110,6 +110,18 @@ export class CatalogClient {
     return manifest;
   }
 
+  /** Files the model's manifest ahead of its pieces, so seed nodes accept them (`put`). */
+  async announceModel(manifest: Manifest, options: CallSignal = {}): Promise<void> {
+    const model = manifestDigest(manifest).slice('sha256:'.length);
+    await seedCallRaw(`${this.base}/models/${model}/manifest`, 'the catalog', {
+      method: 'PUT',
+      body: encodeManifest(manifest),
+      timeoutMs: CALL_TIMEOUT_MS,
+      signal: options.signal,
+      access: this.access,
+    });
+  }
+
   async createModel(
     manifest: Manifest,
     holders: readonly (readonly string[])[],

@@ -7,7 +7,8 @@
  *   GET  /v1/catalog/models                     -> { models: [hex] }
  *   POST /v1/catalog/models/<hex>   {manifest, holders} -> the model's snapshot (create)
  *   GET  /v1/catalog/models/<hex>               -> { model, pieceSize, nodes, pieces }
- *   GET  /v1/catalog/models/<hex>/manifest      -> the canonical manifest bytes
+ *   GET  /v1/catalog/models/<hex>/manifest      -> the canonical manifest bytes (created or announced)
+ *   PUT  /v1/catalog/models/<hex>/manifest  manifest -> { model } (announce: `put` files it first)
  *   POST /v1/catalog/models/<hex>/commit  {updates: [{piece, expectVersion, holders}]}
  *                                              -> { results: [{piece, ok, version}] }
  *
@@ -30,12 +31,14 @@ import {
   nodeNameSchema,
   parseBody,
   pathParts,
+  readBody,
   readJson,
   registerNodeSchema,
   sendSeedError,
   sendJson,
 } from '../wire.js';
 import { checkedManifest, type CatalogStore } from './store.js';
+import { MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
 
 /** What the scheduler calls for a request under `/v1/catalog`; answers it, errors included. */
 export type CatalogRoutes = HttpRoutes;
@@ -87,6 +90,11 @@ async function route(
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': bytes.length });
         res.end(bytes);
         return;
+      }
+      if (method === 'PUT' && action === 'manifest' && parts.length === 5) {
+        const bytes = await readBody(req, MANIFEST_BYTES_MAX);
+        await store.announceModel(checkedManifest(bytes.toString('utf8'), model));
+        return sendJson(res, 200, { model });
       }
       if (method === 'POST' && action === 'commit' && parts.length === 5) {
         const body = parseBody(commitSchema, await readJson(req), 'commit');

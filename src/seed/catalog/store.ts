@@ -23,7 +23,7 @@
  */
 
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WeightcastError, assert } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
@@ -67,6 +67,12 @@ export interface CatalogOpenOptions {
 export class CatalogStore {
   private readonly nodes = new Map<string, CatalogNode>();
   private readonly models = new Map<string, ModelState>();
+  /**
+   * Models whose manifest is filed but which have no placement yet (a `put` under way): seed nodes
+   * accept pieces only for models the catalog has a manifest of. On disk, a manifest file without a
+   * model record.
+   */
+  private readonly announced = new Set<string>();
   private seq = 0;
   private snapshotSeq = 0;
   private journalBytes = 0;
@@ -126,8 +132,9 @@ export class CatalogStore {
     };
   }
 
+  /** The manifest of a model in the catalog or announced for one. */
   async manifestBytes(model: string): Promise<Buffer> {
-    this.modelState(model);
+    if (!this.announced.has(model)) this.modelState(model);
     return readFile(this.manifestPath(model));
   }
 
@@ -187,7 +194,24 @@ export class CatalogStore {
         version: 1,
       }));
       await this.append({ type: 'model', model, pieceSize: manifest.pieceSize, pieces });
+      this.announced.delete(model);
       return this.snapshot(model);
+    });
+  }
+
+  /**
+   * Files a model's manifest before any piece of it is placed: `put` announces, sends the pieces,
+   * then creates the model. Idempotent; announced and created models together stay under the cap.
+   */
+  announceModel(manifest: Manifest): Promise<void> {
+    return this.mutate(async () => {
+      const model = manifestDigest(manifest).slice('sha256:'.length);
+      if (this.models.has(model) || this.announced.has(model)) return;
+      if (this.models.size + this.announced.size >= CATALOG_MODELS_MAX) {
+        throw new WeightcastError('LIMIT_EXCEEDED', `the catalog already has ${CATALOG_MODELS_MAX} models`);
+      }
+      await this.writeManifest(model, manifest);
+      this.announced.add(model);
     });
   }
 
@@ -373,6 +397,16 @@ export class CatalogStore {
       await this.journal.datasync();
     }
     this.journalBytes = validEnd;
+    await this.loadAnnounced();
+  }
+
+  /** Manifests filed without a model record are announcements (a `put` that has not finished). */
+  private async loadAnnounced(): Promise<void> {
+    const names = await readdir(join(this.dir, 'manifests')).catch(() => [] as string[]);
+    for (const name of names) {
+      const model = /^([0-9a-f]{64})\.json$/.exec(name)?.[1];
+      if (model !== undefined && !this.models.has(model)) this.announced.add(model);
+    }
   }
 
   private loadSnapshot(text: string): void {

@@ -13,8 +13,12 @@
  *   POST   /v1/seed/models/<hex>/pieces/<n>/copy  {from, bytesPerSecond?} -> { result }
  *   GET    /v1/seed/models/<hex>/files/<path>  (Range) -> bytes of held pieces, for full-mesh reads
  *
- * A copy is pulled by the target from the source node and verified against the manifest before it
- * is stored; when the target lacks the manifest it takes it from the source, checked by its digest.
+ * A node takes only models the catalog has (created, or announced by a `put` under way): the
+ * manifest it stores is the catalog's, so nobody fills its disk with models of their own. A copy is
+ * pulled only from a node the catalog names (never from any URL a request names), verified against
+ * the manifest before it is stored. A read takes an upload slot before any buffer and streams the
+ * bytes through one buffer of at most UPLOAD_CHUNK_BYTES, so memory is slots x chunk, whatever the
+ * ranges asked for.
  */
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -34,7 +38,6 @@ import {
   readJson,
   sendSeedError,
   sendJson,
-  seedCallRaw,
   seedRequestAccess,
 } from '../wire.js';
 import { SeedPieceStore } from './piece-files.js';
@@ -42,6 +45,8 @@ import { SeedPieceStore } from './piece-files.js';
 export interface SeedNodeOptions {
   /** Where pieces are kept (a folder of its own, e.g. `<cache>/seed`). */
   dir: string;
+  /** The scheduler serving the catalog: which models this node takes, which nodes it copies from. */
+  catalogUrl: string;
   /** Cap on what this node serves (reads and copies out); undefined = none. */
   uploadBytesPerSecond?: number;
   /** Reads served at once; more get 503 SWARM_BUSY with Retry-After. Default 16. */
@@ -56,16 +61,26 @@ const COPY_TIMEOUT_MS = 300_000;
 const REGISTER_ATTEMPTS = 30;
 const REGISTER_RETRY_MS = 1000;
 const RANGE_BYTES_MAX = 1024 * 1024 * 1024;
+/** The one buffer a read streams through. */
+export const UPLOAD_CHUNK_BYTES = 1024 * 1024;
+const THROTTLED_WRITE_BYTES = 256 * 1024;
+/** How long the catalog's node list is trusted before a copy asks again. */
+const NODE_LIST_TTL_MS = 5000;
 
 export class SeedNode {
   private uploads = 0;
   private readonly uploadThrottle: Throttle;
+  private readonly catalog: CatalogClient;
+  private nodeUrls: { urls: Set<string>; atMs: number } | undefined;
+  /** Bytes of read buffers in use now and at most so far (for tests and status). */
+  readonly uploadBuffers = { bytes: 0, peakBytes: 0 };
 
   private constructor(
     readonly store: SeedPieceStore,
     private readonly options: SeedNodeOptions,
   ) {
     this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
+    this.catalog = new CatalogClient(options.catalogUrl, options.access);
   }
 
   static async open(options: SeedNodeOptions): Promise<SeedNode> {
@@ -124,7 +139,7 @@ export class SeedNode {
       if (manifestDigest(manifest) !== `sha256:${hex}`) {
         throw new WeightcastError('MANIFEST_DIGEST_MISMATCH', `the manifest sent is not model ${hex}`);
       }
-      await this.store.addModel(manifest);
+      await this.addCataloguedModel(hex);
       return sendJson(res, 200, { model: hex });
     }
     if (parts.length === 5 && parts[4] === 'manifest' && method === 'GET') {
@@ -173,8 +188,9 @@ export class SeedNode {
     if (method === 'GET') {
       const map = this.store.map(hex);
       if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
-      const buffer = Buffer.allocUnsafe(map.pieceLength(piece));
-      return this.upload(res, buffer, async () => this.store.read(hex, piece, 0, buffer), {});
+      return this.upload(res, map.pieceLength(piece), (offset, into) =>
+        this.store.read(hex, piece, offset, into),
+      );
     }
     throw new WeightcastError('USAGE', `no seed route ${method} for a piece`);
   }
@@ -213,53 +229,102 @@ export class SeedNode {
       res.writeHead(206, { ...headers, 'content-length': range.end - range.start }).end();
       return;
     }
-    const buffer = Buffer.allocUnsafe(range.end - range.start);
-    const fill = async (): Promise<void> => {
-      let position = range.start;
-      for (const piece of pieces) {
+    // Bytes at `offset` of the range: piece by piece (a file's pieces are whole piece sizes apart).
+    const firstPiece = pieces[0] ?? 0;
+    const readRange = async (offset: number, into: Buffer): Promise<void> => {
+      let filled = 0;
+      while (filled < into.length) {
+        const position = range.start + offset + filled;
+        const piece =
+          firstPiece + Math.floor(position / map.pieceSize) - Math.floor(range.start / map.pieceSize);
         const pieceStart = map.locate(piece).offset;
-        const pieceEnd = Math.min(range.end, pieceStart + map.pieceSize);
-        await this.store.read(
-          hex,
-          piece,
-          position - pieceStart,
-          buffer.subarray(position - range.start, pieceEnd - range.start),
-        );
-        position = pieceEnd;
+        const length = Math.min(into.length - filled, pieceStart + map.pieceSize - position);
+        await this.store.read(hex, piece, position - pieceStart, into.subarray(filled, filled + length));
+        filled += length;
       }
     };
-    return this.upload(res, buffer, fill, headers, 206);
+    return this.upload(res, range.end - range.start, readRange, headers, 206);
   }
 
-  /** Fills a buffer and sends it under the upload slots and cap. */
+  /**
+   * Sends `length` bytes that `readAt` gives, under the upload slots and cap: the slot first, then
+   * one buffer of at most UPLOAD_CHUNK_BYTES, refilled only once the socket took its last bytes.
+   */
   private async upload(
     res: ServerResponse,
-    buffer: Buffer,
-    fill: () => Promise<void>,
-    headers: Record<string, string>,
+    length: number,
+    readAt: (offset: number, into: Buffer) => Promise<void>,
+    headers: Record<string, string> = {},
     status = 200,
   ): Promise<void> {
     const slots = this.options.uploadsMax ?? 16;
     if (this.uploads >= slots) throw new WeightcastError('SWARM_BUSY', `all ${slots} upload slots are busy`);
     this.uploads++;
+    const chunk = Buffer.allocUnsafe(Math.min(length, UPLOAD_CHUNK_BYTES));
+    this.uploadBuffers.bytes += chunk.length;
+    this.uploadBuffers.peakBytes = Math.max(this.uploadBuffers.peakBytes, this.uploadBuffers.bytes);
     try {
-      await fill();
+      // The first bytes are read before the head, so a failed read is still an error answer.
+      await readAt(0, chunk.subarray(0, Math.min(length, chunk.length)));
       res.writeHead(status, {
         ...headers,
         'content-type': 'application/octet-stream',
-        'content-length': buffer.length,
+        'content-length': length,
       });
-      const chunk = this.uploadThrottle.limited ? 256 * 1024 : buffer.length;
-      for (let offset = 0; offset < buffer.length; offset += chunk) {
+      for (let offset = 0; offset < length; offset += chunk.length) {
         if (res.destroyed) return;
-        const part = buffer.subarray(offset, Math.min(buffer.length, offset + chunk));
-        await this.uploadThrottle.take(part.length);
-        if (!res.write(part)) await waitDrain(res);
+        const part = chunk.subarray(0, Math.min(chunk.length, length - offset));
+        if (offset > 0) await readAt(offset, part);
+        // Under a cap, smaller writes keep the rate smooth.
+        const step = this.uploadThrottle.limited ? THROTTLED_WRITE_BYTES : part.length;
+        for (let at = 0; at < part.length; at += step) {
+          const slice = part.subarray(at, Math.min(part.length, at + step));
+          await this.uploadThrottle.take(slice.length);
+          if (!(await writeFlushed(res, slice))) return;
+        }
       }
       await new Promise<void>((resolve) => res.end(resolve));
     } finally {
       this.uploads--;
+      this.uploadBuffers.bytes -= chunk.length;
     }
+  }
+
+  /** Stores the catalog's manifest of a model the catalog has; any other model is refused. */
+  private async addCataloguedModel(hex: string): Promise<void> {
+    if (this.store.hasModel(hex)) return;
+    let manifest;
+    try {
+      manifest = await this.catalog.manifest(hex);
+    } catch (error) {
+      if (!isWeightcastError(error, 'SEED_UNKNOWN_MODEL')) throw error;
+      throw new WeightcastError(
+        'FORBIDDEN',
+        `the catalog has no model ${hex}: a seed node takes only models the catalog has (put announces them)`,
+        { model: hex },
+      );
+    }
+    await this.store.addModel(manifest);
+  }
+
+  /** A copy's source must be a node the catalog names (its list is asked again when it may be stale). */
+  private async checkCopySource(source: string): Promise<void> {
+    const fresh = (): boolean =>
+      this.nodeUrls !== undefined && performance.now() - this.nodeUrls.atMs < NODE_LIST_TTL_MS;
+    for (let asked = false; ; asked = true) {
+      if (fresh() && this.nodeUrls!.urls.has(source)) return;
+      if (asked) break;
+      const nodes = await this.catalog.nodes();
+      this.nodeUrls = {
+        urls: new Set(nodes.map((node) => node.url.replace(/\/+$/, ''))),
+        atMs: performance.now(),
+      };
+    }
+    throw new WeightcastError(
+      'FORBIDDEN',
+      `copies come only from seed nodes the catalog names; ${source} is not one`,
+      { url: source },
+    );
   }
 
   /** Pulls a piece from another seed node, verifies it against the manifest and stores it. */
@@ -270,18 +335,8 @@ export class SeedNode {
     bytesPerSecond: number | undefined,
   ): Promise<'stored' | 'duplicate'> {
     const source = from.replace(/\/+$/, '');
-    if (!this.store.hasModel(hex)) {
-      const bytes = await seedCallRaw(`${source}/v1/seed/models/${hex}/manifest`, 'the source seed node', {
-        timeoutMs: COPY_TIMEOUT_MS,
-        maxBytes: MANIFEST_BYTES_MAX,
-        access: this.options.access,
-      });
-      const manifest = parseManifest(bytes, 'the source seed node manifest');
-      if (manifestDigest(manifest) !== `sha256:${hex}`) {
-        throw new WeightcastError('MANIFEST_DIGEST_MISMATCH', `the source's manifest is not model ${hex}`);
-      }
-      await this.store.addModel(manifest);
-    }
+    await this.checkCopySource(source);
+    await this.addCataloguedModel(hex);
     if (this.store.has(hex, piece)) return 'duplicate';
     const map = this.store.map(hex);
     if (piece >= map.pieceCount) throw new WeightcastError('SWARM_PROTOCOL', `no piece ${piece}`);
@@ -379,14 +434,14 @@ function parseRange(header: string | undefined, size: number): { start: number; 
   return start >= size || end <= start ? undefined : { start, end };
 }
 
-function waitDrain(res: ServerResponse): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
+/** Writes and waits until the socket took the bytes (true) or the response closed (false). */
+function writeFlushed(res: ServerResponse, part: Buffer): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const closed = (): void => resolve(false);
+    res.once('close', closed);
+    res.write(part, (error) => {
+      res.off('close', closed);
+      resolve(error === undefined || error === null);
+    });
   });
 }

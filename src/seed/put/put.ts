@@ -91,6 +91,8 @@ export async function putModel(options: PutOptions): Promise<PutResult> {
       ...(options.seed === undefined ? {} : { seed: options.seed }),
     },
   );
+  // Seed nodes take pieces only for models whose manifest the catalog has.
+  await catalog.announceModel(manifest, { signal });
   const clients = new Map(
     nodes.map((node) => [node.name, new SeedNodeClient(node.name, node.url, options.access)]),
   );

@@ -48,6 +48,8 @@ import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
+import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
+import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -77,6 +79,11 @@ export interface AgentOptions {
   destinationRoots?: readonly string[];
   /** How long a request's head and body may take to arrive; default 30 s. */
   requestTimeoutMs?: number;
+  /**
+   * The other limits of its servers (src/util/server-limits.ts): both servers and the seed node's
+   * routes share one body budget.
+   */
+  limits?: Partial<ServerLimits>;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
   corruptUploads?: boolean;
   /**
@@ -84,6 +91,11 @@ export interface AgentOptions {
    * The agent serves both either way.
    */
   peerWire?: boolean;
+  /**
+   * How long one origin read retries an origin that fails transiently (an outage) before the model
+   * stops with ORIGIN_RETRIES_EXHAUSTED (`--origin-retry-s`). Default 60 000.
+   */
+  originRetryBudgetMs?: number;
   /** Resume the models found in the cache. Default true. */
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
@@ -107,7 +119,17 @@ export type AgentEvent =
   | { type: 'joined'; model: string; pieces: number; held: number }
   | ({ model: string } & MemberEvent)
   | { type: 'resume-failed'; model: string; reason: string }
-  | { type: 'loopback-unavailable'; reason: string };
+  | { type: 'loopback-unavailable'; reason: string }
+  | {
+      type: 'origin-retry';
+      model: string;
+      path: string;
+      attempt: number;
+      delayMs: number;
+      elapsedMs: number;
+      budgetMs: number;
+      reason: string;
+    };
 
 export interface JoinOptions {
   source: string;
@@ -192,6 +214,8 @@ export class Agent {
   private server!: Server;
   /** The local API on 127.0.0.1, when the main server listens elsewhere. */
   private loopbackServer: Server | undefined;
+  /** Limits both servers share (one body budget among them). */
+  private limits: ServerLimits | undefined;
   private closing = false;
   url = '';
   name = '';
@@ -333,7 +357,11 @@ export class Agent {
       options.store ??
       (to === undefined
         ? { dataDir: join(modelDir, 'files'), stateDir: modelDir }
-        : { dataDir: join(to, AGENT_PARTIAL_DIR), stateDir: modelDir, finalDir: to });
+        : {
+            dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
+            stateDir: modelDir,
+            finalDir: to,
+          });
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.
     const job = { source: options.source, ...(to === undefined ? {} : { to }) };
@@ -347,6 +375,20 @@ export class Agent {
     const origin = openOrigin(options.source, {
       files: options.manifest.files.map((file) => ({ path: file.path, size: file.size })),
       ...(options.token === undefined ? {} : { token: options.token }),
+      ...(this.options.originRetryBudgetMs === undefined
+        ? {}
+        : { retryBudgetMs: this.options.originRetryBudgetMs }),
+      onRetry: ({ path, attempt, delayMs, elapsedMs, budgetMs, reason }) =>
+        this.options.onEvent?.({
+          type: 'origin-retry',
+          model: hex,
+          path,
+          attempt,
+          delayMs,
+          elapsedMs,
+          budgetMs,
+          reason,
+        }),
     });
     // A cache without a store state file opens empty: its member registers and starts fetching while
     // the files are created (OpeningStore); any other waits for the store to know what it holds.
@@ -524,23 +566,22 @@ export class Agent {
   }
 
   private httpServer(tls?: ServerTls): Server {
-    const requestTimeout = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
-    // A request must arrive whole within the timeout (a slow body holds a connection and its
-    // buffer); Node checks every connectionsCheckingInterval, so that follows the timeout down.
-    const options = {
-      requestTimeout,
-      connectionsCheckingInterval: Math.min(30_000, Math.max(50, requestTimeout / 2)),
-    };
-    const server = createServiceServer(tls, options, (req, res) => {
-      this.handle(req, res).catch((error: unknown) => {
-        if (res.headersSent) res.destroy();
-        else sendError(res, error);
-      });
-    });
-    server.keepAliveTimeout = 30_000;
-    // Above requestTimeout, Node would stop timing requests out at all (seen on Node 20).
-    server.headersTimeout = Math.min(30_000, requestTimeout);
-    return server;
+    // A request must arrive whole within the timeout (a slow body holds a connection and its buffer).
+    const requestTimeoutMs = this.options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+    this.limits ??= resolveLimits(
+      { requestTimeoutMs, ...this.options.limits },
+      { headersTimeoutMs: 30_000, keepAliveTimeoutMs: 30_000 },
+    );
+    return createLimitedServer(
+      this.limits,
+      (req, res) => {
+        this.handle(req, res).catch((error: unknown) => {
+          if (res.headersSent) res.destroy();
+          else sendError(res, error);
+        });
+      },
+      { create: (options, listener) => createServiceServer(tls, options, listener) },
+    );
   }
 
   /**

@@ -8,7 +8,7 @@
 
 import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
-import type { Origin, ReadProgress } from '../../origin/origin.js';
+import { isFinalOriginError, type Origin, type ReadProgress } from '../../origin/origin.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { Report } from '../wire/protocol.js';
@@ -70,7 +70,11 @@ export interface PieceFetcherOptions {
   /** The cluster credential (and TLS) sent to peers. */
   access?: ServiceAccess | undefined;
   onEvent?: (event: PieceEvent) => void;
-  /** The store could not write (a full disk, an I/O error): the model has to stop on this host. */
+  /**
+   * The store could not write (a full disk, an I/O error), or the origin cannot give a piece (the
+   * file is not there, access is refused, an outage outlasted the retry budget): the model has to
+   * stop on this host.
+   */
   onStoreFailure: (error: WeightcastError) => void;
 }
 
@@ -145,8 +149,11 @@ export class PieceFetcher {
     try {
       const client = source === 'origin' ? this.options.origin : this.peerClient(source);
       await this.readChunked(client, fetch, bytes, signal);
-    } catch {
+    } catch (error) {
       if (signal.aborted) return { outcome: 'cancelled' };
+      // An origin that lacks the file or stayed down past its retry budget: stop, do not loop.
+      if (from === 'origin' && isFinalOriginError(error))
+        this.options.onStoreFailure(error as WeightcastError);
       this.stats.failedTransfers++;
       this.options.onEvent?.({
         type: 'piece',

@@ -17,6 +17,7 @@ import { modelHex, parseMessage, registerSchema, syncSchema } from '../wire/prot
 import { listenOn, readJsonBody, sendError, sendJson, statusOf, type HttpRoutes } from '../wire/http-json.js';
 import { CHANNEL_PROTOCOL, FrameReader, encodeFrame, errorFrame } from '../wire/sync-channel.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, type SwarmServiceOptions } from './swarm-service.js';
+import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 
 export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   host?: string;
@@ -28,6 +29,8 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   onEvent?: (event: SchedulerEvent) => void;
   /** The seed tier's catalog routes (`--catalog DIR`), answered under `/v1/catalog`. */
   catalog?: HttpRoutes;
+  /** Timeouts, connections per address and the body budget (src/util/server-limits.ts). */
+  limits?: Partial<ServerLimits>;
   /**
    * Who may call: members (the cluster token) use the swarms and read the catalog; operators (the
    * operator token) also change it. None: every caller may do everything (loopback demos).
@@ -38,6 +41,16 @@ export interface SchedulerOptions extends Partial<SwarmServiceOptions> {
   /** Listen on a non-loopback address without credentials (else refused: USAGE). */
   insecure?: boolean;
 }
+
+/**
+ * A request (a register carries the manifest) must arrive whole within a minute: a body that
+ * trickles in holds its connection and buffer (sync channels are upgrades, not timed by these).
+ */
+const SCHEDULER_LIMIT_DEFAULTS = {
+  requestTimeoutMs: 60_000,
+  headersTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 60_000,
+};
 
 export type SchedulerEvent =
   | { type: 'swarm-created'; model: string; pieces: number; bytes: number }
@@ -305,9 +318,13 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     if (head.length > 0) onData(head);
   };
 
-  const server: Server = createServiceServer(options.tls, {}, (req, res) => {
-    handle(req, res).catch((error: unknown) => sendError(res, error));
-  });
+  const server: Server = createLimitedServer(
+    resolveLimits(options.limits, SCHEDULER_LIMIT_DEFAULTS),
+    (req, res) => {
+      handle(req, res).catch((error: unknown) => sendError(res, error));
+    },
+    { create: (serverOptions, listener) => createServiceServer(options.tls, serverOptions, listener) },
+  );
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     try {
       gate.authorize(req, 'member');
@@ -323,11 +340,6 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       );
     }
   });
-  server.keepAliveTimeout = 60_000;
-  // A request (a register carries the manifest) must arrive whole within a minute: a body that
-  // trickles in held its connection and buffer for ever (sync channels are upgrades, not timed).
-  server.requestTimeout = 60_000;
-  server.headersTimeout = 30_000;
   const ticker = setInterval(() => {
     const t = now();
     for (const swarm of swarms.values()) swarm.tick(t);

@@ -17,6 +17,7 @@ import { request as httpsRequest } from 'node:https';
 import { authHeaders, httpsAgentOf, untrustedCertificate, type ServiceAccess } from '../../auth/transport.js';
 import type { Role } from '../../auth/gate.js';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError, type ErrorCode } from '../../errors.js';
+import { takeBodyBytes } from '../../util/server-limits.js';
 import { JSON_BODY_BYTES_MAX } from './limits.js';
 
 /**
@@ -25,18 +26,31 @@ import { JSON_BODY_BYTES_MAX } from './limits.js';
  */
 export type HttpRoutes = (req: IncomingMessage, res: ServerResponse, role: Role) => Promise<void>;
 
-/** Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). */
+/**
+ * Reads a request body of at most `maxBytes` bytes (LIMIT_EXCEEDED beyond, declared or not). On a
+ * server's request the bytes come out of the server's body budget first (SERVER_BUSY when it is
+ * full): the declared length at once, the bytes of a chunked body as they arrive.
+ */
 export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length'] ?? '0');
   if (declared > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
+  takeBodyBytes(req, declared);
+  // A declared body is read into one buffer of its size: no second copy to join chunks.
+  const whole = declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
+    if (whole !== undefined && size + chunk.length <= declared) whole.set(chunk, size);
+    else chunks.push(chunk);
     size += chunk.length;
     if (size > maxBytes) throw new WeightcastError('LIMIT_EXCEEDED', `request body over ${maxBytes} bytes`);
-    chunks.push(chunk);
+    if (size > declared) takeBodyBytes(req, Math.min(chunk.length, size - declared));
   }
-  return Buffer.concat(chunks, size);
+  if (whole !== undefined && chunks.length === 0) return whole.subarray(0, size);
+  return Buffer.concat(
+    whole === undefined ? chunks : [whole.subarray(0, Math.min(size, declared)), ...chunks],
+    size,
+  );
 }
 
 export async function readJsonBody(req: IncomingMessage, maxBytes = JSON_BODY_BYTES_MAX): Promise<unknown> {
@@ -70,6 +84,8 @@ export function sendError(res: ServerResponse, error: unknown, statusFor = statu
     res.destroy();
     return;
   }
+  // A body left unread (refused for its size, or the budget) is not read on: the connection goes.
+  if (!res.req.complete) res.setHeader('connection', 'close');
   if (isWeightcastError(error)) {
     const status = statusFor(error.code);
     if (status === 503) res.setHeader('retry-after', '1');

@@ -1,0 +1,190 @@
+/**
+ * Origin faults end in a clear error (issue 16, finding 6): an outage is waited out with backoff
+ * for a configurable budget, with progress shown, then fails with ORIGIN_RETRIES_EXHAUSTED; an
+ * origin answering 404 for a file stops a swarm model with ORIGIN_NOT_FOUND instead of having the
+ * scheduler assign the read again forever. A real file server on loopback with injected faults;
+ * budgets of about a second keep each test short.
+ */
+
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { CLI } from '../../scripts/cluster.js';
+import { isWeightcastError } from '../../src/errors.js';
+import { buildManifest } from '../../src/manifest/build.js';
+import { writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { startFileServer, type FileServer, type FaultHook } from '../../src/origin/file-server.js';
+import { HttpOrigin, type RetryEvent } from '../../src/origin/http.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { swarmPull } from '../../src/swarm/swarm-pull.js';
+import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+
+const run = promisify(execFile);
+
+let work: { path: string; cleanup: () => Promise<void> };
+let modelDir: string;
+let manifest: Manifest;
+let manifestPath: string;
+let scheduler: SchedulerServer;
+let fault: FaultHook | undefined;
+let server: FileServer;
+const SHARD = 'model-00001-of-00002.safetensors';
+
+before(async () => {
+  work = await tempDir('origin-faults');
+  modelDir = join(work.path, 'origin');
+  await writeSmallModel(modelDir);
+  const local = new LocalOrigin(modelDir);
+  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+  manifestPath = join(work.path, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  server = await startFileServer({ root: modelDir, faults: (request) => fault?.(request) });
+  scheduler = await startScheduler();
+});
+
+after(async () => {
+  await server.close();
+  await scheduler.close();
+  await work.cleanup();
+});
+
+/** 503 for every request until `ms` from now. */
+function outageFor(ms: number): FaultHook {
+  const endMs = performance.now() + ms;
+  return () => (performance.now() < endMs ? { kind: 'status', status: 503 } : undefined);
+}
+
+describe('an origin outage', { timeout: 60_000 }, () => {
+  it('shorter than the budget is waited out, each retry reported with the time waited', async () => {
+    fault = outageFor(1000);
+    const events: RetryEvent[] = [];
+    const origin = new HttpOrigin(server.url, {
+      retryBudgetMs: 10_000,
+      backoffMaxMs: 200,
+      onRetry: (event) => events.push(event),
+    });
+    try {
+      const target = new Uint8Array(1024);
+      await origin.readInto(SHARD, 0, target);
+      assert.ok(events.length >= 2, `${events.length} retries`);
+      assert.ok(events.every((event) => event.budgetMs === 10_000));
+      const last = events.at(-1);
+      assert.ok(last !== undefined && last.elapsedMs >= 500, 'the outage was not waited out');
+    } finally {
+      fault = undefined;
+      await origin.close();
+    }
+  });
+
+  it('longer than the budget fails with ORIGIN_RETRIES_EXHAUSTED once the budget is spent', async () => {
+    fault = outageFor(60_000);
+    const origin = new HttpOrigin(server.url, { retryBudgetMs: 800, backoffMaxMs: 200 });
+    const started = performance.now();
+    try {
+      await assert.rejects(origin.readInto(SHARD, 0, new Uint8Array(1024)), (error: unknown) => {
+        assert.ok(isWeightcastError(error, 'ORIGIN_RETRIES_EXHAUSTED'), String(error));
+        assert.match(error.message, /retry budget 1 s/);
+        assert.ok(Number(error.details['attempts']) > 1);
+        return true;
+      });
+      const waitedMs = performance.now() - started;
+      assert.ok(waitedMs >= 800 && waitedMs < 5000, `failed after ${Math.round(waitedMs)} ms`);
+    } finally {
+      fault = undefined;
+      await origin.close();
+    }
+  });
+
+  it('the default budget is 60 s', async () => {
+    let once = false;
+    fault = () => (once ? undefined : ((once = true), { kind: 'status', status: 503 }));
+    const events: RetryEvent[] = [];
+    const origin = new HttpOrigin(server.url, { random: () => 0, onRetry: (event) => events.push(event) });
+    try {
+      await origin.readInto(SHARD, 0, new Uint8Array(16));
+      assert.equal(events[0]?.budgetMs, 60_000);
+    } finally {
+      fault = undefined;
+      await origin.close();
+    }
+  });
+
+  it('pull --origin-retry-s: progress while waiting, then a clear error (exit 1)', async () => {
+    fault = outageFor(60_000);
+    try {
+      const failed = await run(
+        process.execPath,
+        [CLI, 'pull', server.url, '--to', join(work.path, 'cli-pull'), '--no-agent', '--origin-retry-s', '1'],
+        { timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', /origin unavailable for .*retry 1 in/);
+      assert.match(failed.stderr ?? '', /ORIGIN_RETRIES_EXHAUSTED: .*retry budget 1 s/);
+    } finally {
+      fault = undefined;
+    }
+  });
+
+  it('through the swarm, past the budget, stops the model with ORIGIN_RETRIES_EXHAUSTED', async () => {
+    fault = outageFor(60_000);
+    const retries: string[] = [];
+    try {
+      await assert.rejects(
+        swarmPull(server.url, join(work.path, 'swarm-outage'), {
+          manifest,
+          schedulerUrl: scheduler.url,
+          originRetryBudgetMs: 600,
+          signal: AbortSignal.timeout(30_000),
+          onEvent: (event) => {
+            if (event.type === 'origin-retry') retries.push(event.path);
+          },
+        }),
+        (error: unknown) => isWeightcastError(error, 'ORIGIN_RETRIES_EXHAUSTED'),
+      );
+      assert.ok(retries.length > 0, 'no origin-retry event was reported');
+    } finally {
+      fault = undefined;
+    }
+  });
+});
+
+describe('an origin without a file the manifest names', { timeout: 60_000 }, () => {
+  it('stops the swarm model with ORIGIN_NOT_FOUND, after a bounded number of requests', async () => {
+    const missing = manifest.files.find((file) => file.path === SHARD);
+    assert.ok(missing !== undefined);
+    const served = join(work.path, 'served-without-shard');
+    const { cp } = await import('node:fs/promises');
+    await cp(modelDir, served, { recursive: true });
+    await rm(join(served, SHARD));
+    const partial = await startFileServer({ root: served });
+    try {
+      await assert.rejects(
+        swarmPull(partial.url, join(work.path, 'swarm-404'), {
+          manifest,
+          schedulerUrl: scheduler.url,
+          signal: AbortSignal.timeout(30_000),
+        }),
+        (error: unknown) => {
+          assert.ok(isWeightcastError(error, 'ORIGIN_NOT_FOUND'), String(error));
+          assert.match(error.message, new RegExp(SHARD.replace(/\./g, '\\.')));
+          return true;
+        },
+      );
+      // Before, the scheduler assigned the missing pieces again and again (thousands of requests).
+      const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+      assert.ok(
+        partial.stats.requests <= 2 * pieces,
+        `${partial.stats.requests} requests for ${pieces} pieces`,
+      );
+    } finally {
+      await partial.close();
+    }
+  });
+});
