@@ -208,14 +208,18 @@ export function chainHostArgv(input: {
   const forward =
     `socat -u -b ${SOCAT_BUFFER_BYTES} STDIN ` +
     `TCP:"$5":"$2",retry=${CHAIN_CONNECT_RETRIES},interval=${CHAIN_CONNECT_INTERVAL_SECONDS} < "$4" &`;
+  // tar stops reading at the archive's end marker: the rest of its last record is drained, so tee
+  // never meets a closed pipe before it has passed every byte on (it did: one run in a few lost its
+  // successor's tail, and the host exited without its line).
+  const extract = '{ tar -xf - -C "$3"; s=$?; cat > /dev/null; exit "$s"; }';
   const script = [
     'set -u',
     'if [ -n "$5" ]; then',
     '  mkfifo "$4" || exit 125',
     `  ${forward}`,
-    `  ${listen} | tee "$4" | tar -xf - -C "$3"`,
+    `  ${listen} | tee "$4" | ${extract}`,
     'else',
-    `  ${listen} | tar -xf - -C "$3"`,
+    `  ${listen} | ${extract}`,
     'fi',
     'status=$?',
     `[ "$status" -eq 0 ] && echo "${CHAIN_RECEIVED_LINE}"`,

@@ -161,7 +161,7 @@ test('info hash, scrape and ss output are read back', () => {
   assert.ok(!listensOn('', 6969));
 });
 
-test('chain hosts forward before they extract; the last host only extracts', () => {
+test('chain hosts forward before they extract, drain what tar leaves unread; the last host only extracts', () => {
   const middle = chainHostArgv({
     listenAddress: '10.77.0.2',
     dir: '/w/c/h1',
@@ -178,7 +178,7 @@ test('chain hosts forward before they extract; the last host only extracts', () 
   ]);
   assert.match(
     middle[2] ?? '',
-    /TCP-LISTEN:"\$2",bind="\$1",reuseaddr STDOUT \| tee "\$4" \| tar -xf - -C "\$3"/,
+    /TCP-LISTEN:"\$2",bind="\$1",reuseaddr STDOUT \| tee "\$4" \| \{ tar -xf - -C "\$3"; s=\$\?; cat > \/dev\/null; exit "\$s"; \}/,
   );
   assert.match(middle[2] ?? '', /STDIN TCP:"\$5":"\$2",retry=\d+,interval=[\d.]+ < "\$4" &/);
   const last = chainHostArgv({
