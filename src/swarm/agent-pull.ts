@@ -48,6 +48,11 @@ export interface AgentPullOptions {
   onDestinationRefused?: (reason: string) => void;
   /** How long to keep asking an agent that refuses connections (still starting). Default 10 s. */
   agentStartWaitMs?: number;
+  /**
+   * How often to hear of the agent's progress while it fills the model (each is a status request
+   * that waits at the agent for completion up to this long). Default PROGRESS_PERIOD_MS.
+   */
+  progressPeriodMs?: number;
 }
 
 /** How the files reached the destination. */
@@ -83,7 +88,7 @@ async function whileAgentStarts<T>(
 }
 
 /** How often a pull through an agent hears of its progress while the agent fills the model. */
-const PROGRESS_PERIOD_MS = 500;
+export const PROGRESS_PERIOD_MS = 500;
 
 export async function agentPull(
   source: string,
@@ -156,7 +161,8 @@ export async function agentPull(
     options.onProgress?.(status);
     if (status.complete) break;
     if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
-    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${PROGRESS_PERIOD_MS}`, 'GET');
+    const periodMs = options.progressPeriodMs ?? PROGRESS_PERIOD_MS;
+    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${periodMs}`, 'GET');
   }
   options.onAgentComplete?.(status);
   if (status.filesDir !== undefined && resolve(status.filesDir) === to)

@@ -215,6 +215,8 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         access: access.client,
         signal: io.signal,
         onProgress,
+        // A bar on a terminal redraws often; JSON and plain lines come once a second at most.
+        progressPeriodMs: io.stderrIsTTY && !json ? 500 : 1000,
         ...(flags.link === true ? { place: 'link' as const } : {}),
         onAgentComplete: (status) => {
           const seconds = (performance.now() - started) / 1000;
