@@ -22,7 +22,14 @@ import { tlsClientOptions, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
-import type { Origin, OriginCallOptions, OriginEntry, OriginStats, ReadProgress } from './origin.js';
+import {
+  landed,
+  type Origin,
+  type OriginCallOptions,
+  type OriginEntry,
+  type OriginStats,
+  type ReadProgress,
+} from './origin.js';
 import { RangeClient } from './range-socket.js';
 import {
   DEFAULT_BACKOFF_POLICY,
@@ -468,7 +475,7 @@ export class HttpOrigin implements Origin {
       accepts: (head) => rangeResponseProblem(call.path, head, start, end) === undefined,
       onBodyBytes: (count) => {
         if (progress.firstByteMs === undefined) firstByteLanded(progress);
-        progress.filled += count;
+        landed(progress, count);
         this.stats.bytesRead += count;
       },
     };
@@ -488,7 +495,7 @@ export class HttpOrigin implements Origin {
         }
         target.set(chunk, progress.filled);
         if (progress.firstByteMs === undefined) firstByteLanded(progress);
-        progress.filled += chunk.length;
+        landed(progress, chunk.length);
         this.stats.bytesRead += chunk.length;
       }
     } catch (error) {

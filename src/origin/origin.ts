@@ -22,13 +22,29 @@ export interface OriginCallOptions {
   progress?: ReadProgress;
 }
 
-/** A read's landed bytes, counted as they arrive. */
+/** A read's landed bytes, counted as they arrive (`landed`). */
 export interface ReadProgress {
   filled: number;
   /** `performance.now()` when the read's first byte landed (HTTP origins; unset before). */
   firstByteMs?: number;
   /** Called once, when `firstByteMs` is set. */
   onFirstByte?: () => void;
+  /**
+   * When `filled` reaches this, `onWatch` is called once (and `watchAt` cleared; the callee may set
+   * it again): a caller follows a read's progress on its bytes' arrival instead of on timers.
+   */
+  watchAt?: number | undefined;
+  onWatch?: (() => void) | undefined;
+}
+
+/** Counts `count` bytes landed by a read, and calls its watcher once they reach its mark. */
+export function landed(progress: ReadProgress, count: number): void {
+  progress.filled += count;
+  const watchAt = progress.watchAt;
+  if (watchAt !== undefined && progress.filled >= watchAt) {
+    progress.watchAt = undefined;
+    progress.onWatch?.();
+  }
 }
 
 export interface Origin {

@@ -497,6 +497,36 @@ bothTransports(
   },
 );
 
+bothTransports(
+  'a read calls its watcher once its landed bytes reach the mark, and may be watched again',
+  async (transport) => {
+    const { origin, done } = await setup(transport, () => undefined);
+    try {
+      const target = Buffer.alloc(2 * 1024 * 1024);
+      // Each call: [filled when called, the mark it was set for]. A read may land many bytes at once
+      // (straight into the buffer), so one call may pass several marks: it comes at the first read
+      // that reaches its mark, never before.
+      const seen: Array<[number, number]> = [];
+      let mark = 256 * 1024;
+      const progress: ReadProgress = { filled: 0, watchAt: mark };
+      progress.onWatch = () => {
+        seen.push([progress.filled, mark]);
+        if (progress.filled < target.length) {
+          mark = Math.min(target.length, progress.filled + 512 * 1024);
+          progress.watchAt = mark;
+        }
+      };
+      await origin.readInto(WEIGHTS, 0, target, { progress });
+      assert.ok(seen.length >= 2, `the watcher ran ${seen.length} times`);
+      for (const [filled, at] of seen) assert.ok(filled >= at, `called at ${filled}, before its mark ${at}`);
+      assert.equal(seen.at(-1)?.[0], target.length, 'the last mark is the last byte');
+      assert.equal(progress.watchAt, undefined, 'a mark is cleared when it fires');
+    } finally {
+      await done();
+    }
+  },
+);
+
 bothTransports('a retried read keeps counting from the bytes it already has', async (transport) => {
   let asked = 0;
   const { origin, retries, done } = await setup(transport, () =>

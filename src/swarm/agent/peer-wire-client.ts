@@ -26,7 +26,7 @@ import { connect, isIP, type OnReadOpts, type Socket } from 'node:net';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
 import type { ClientTls } from '../../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../../errors.js';
-import type { ReadProgress } from '../../origin/origin.js';
+import { landed, type ReadProgress } from '../../origin/origin.js';
 import {
   FrameDecoder,
   PEER_WIRE_PATH,
@@ -392,7 +392,7 @@ class WireConnection {
           aimed.progress.firstByteMs = performance.now();
           aimed.progress.onFirstByte?.();
         }
-        aimed.progress.filled += count;
+        landed(aimed.progress, count);
       }
       aimed.filled += count;
     }

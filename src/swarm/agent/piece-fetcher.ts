@@ -226,7 +226,9 @@ export class PieceFetcher {
       if (done > 0) {
         const chunkFirstByteMs = fetch.progress.firstByteMs;
         if (chunkFirstByteMs !== undefined) fetch.firstByteMs ??= chunkFirstByteMs;
-        fetch.progress = { filled: 0 };
+        // The ending notice's watcher carries over, looking at the new chunk's first bytes.
+        const { onWatch } = fetch.progress;
+        fetch.progress = { filled: 0, ...(onWatch === undefined ? {} : { watchAt: 0, onWatch }) };
       }
       fetch.landedBefore = done;
       await Promise.all([
