@@ -17,8 +17,10 @@
 import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { constants } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../errors.js';
+import type { HashPool } from '../manifest/hash-pool.js';
 import { manifestDigest } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
@@ -29,6 +31,14 @@ export interface PieceStoreOptions {
   stateDir: string;
   /** Move each completed file here (a pull's destination). Without it files stay in `dataDir`. */
   finalDir?: string;
+  /**
+   * Bytes already on disk when the store opens (journaled pieces after a reboot, files found at their
+   * final names) are hashed on this many worker threads, started only when there is such work: the
+   * main thread stays free (an agent serves its other models meanwhile) and a large model is checked
+   * on every core. 0 hashes them on the main thread. Default: the machine's cores less one, at least
+   * one. Pieces arriving later are hashed inline either way (verifyPiece).
+   */
+  hashThreads?: number;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -315,40 +325,91 @@ export class PieceStore {
     records: ReadonlyArray<{ file: number; piece: number; digest: string }>,
     rehash: boolean,
   ): Promise<void> {
+    const journaled: number[] = [];
+    const seen = new Set<number>();
     for (const record of records) {
       const file = this.map.manifest.files[record.file];
       const state = this.files[record.file];
       if (file === undefined || state === undefined || state.final) continue;
       if (record.piece >= file.pieces.length || file.pieces[record.piece] !== record.digest) continue;
       const global = this.map.globalIndex(record.file, record.piece);
-      if (this.has(global)) continue;
-      if (rehash && !(await this.verifyOnDisk(global))) continue;
-      this.mark(global);
-      state.remaining--;
+      if (seen.has(global) || this.has(global)) continue;
+      seen.add(global);
+      journaled.push(global);
     }
-    // Files found at their final names count only if every byte matches.
-    for (let index = 0; index < this.files.length; index++) {
-      const state = this.files[index] as FileState;
-      if (!state.final) continue;
-      const file = this.map.manifest.files[index];
-      const size = (await state.handle.stat()).size;
-      let good = size === file?.size;
-      const pieces = file === undefined ? 0 : file.pieces.length;
-      for (let p = 0; good && p < pieces; p++) good = await this.verifyOnDisk(this.map.globalIndex(index, p));
-      if (!good) {
-        throw new WeightcastError(
-          'PULL_DESTINATION_CONFLICT',
-          `${this.pathOf(index)} exists and does not match the manifest; move it away first`,
-          { file: this.pathOf(index) },
-        );
+    const finals = this.files.flatMap((state, index) => (state.final ? [index] : []));
+    const bulk = (rehash && journaled.length > 0) || finals.length > 0;
+    const pool = bulk ? await this.bulkHashPool() : undefined;
+    try {
+      const good = rehash ? await this.verifyAllOnDisk(journaled, pool) : journaled.map(() => true);
+      journaled.forEach((piece, i) => {
+        if (good[i] !== true || this.has(piece)) return;
+        this.mark(piece);
+        (this.files[this.map.locate(piece).fileIndex] as FileState).remaining--;
+      });
+      // Files found at their final names count only if every byte matches.
+      for (const index of finals) {
+        const state = this.files[index] as FileState;
+        if (!(await this.verifyFileOnDisk(index, pool))) {
+          throw new WeightcastError(
+            'PULL_DESTINATION_CONFLICT',
+            `${this.pathOf(index)} exists and does not match the manifest; move it away first`,
+            { file: this.pathOf(index) },
+          );
+        }
+        const pieces = this.map.manifest.files[index]?.pieces.length ?? 0;
+        for (let p = 0; p < pieces; p++) this.mark(this.map.globalIndex(index, p));
+        state.remaining = 0;
       }
-      for (let p = 0; p < pieces; p++) this.mark(this.map.globalIndex(index, p));
-      state.remaining = 0;
+    } finally {
+      await pool?.close();
     }
   }
 
-  private async verifyOnDisk(piece: number): Promise<boolean> {
+  /** Each piece's check: all queued at once on the workers, one at a time on this thread. */
+  private async verifyAllOnDisk(pieces: readonly number[], pool: HashPool | undefined): Promise<boolean[]> {
+    if (pool !== undefined) return Promise.all(pieces.map((piece) => this.verifyOnDisk(piece, pool)));
+    const good: boolean[] = [];
+    for (const piece of pieces) good.push(await this.verifyOnDisk(piece, undefined));
+    return good;
+  }
+
+  /** Worker threads for hashing what is already on disk; undefined: hash on this thread. */
+  private async bulkHashPool(): Promise<HashPool | undefined> {
+    const threads = this.options.hashThreads ?? Math.max(1, availableParallelism() - 1);
+    if (threads <= 0) return undefined;
+    const { HashPool } = await import('../manifest/hash-pool.js');
+    return new HashPool(threads);
+  }
+
+  /** Whether a whole file at its final name is the manifest's, piece by piece. */
+  private async verifyFileOnDisk(index: number, pool: HashPool | undefined): Promise<boolean> {
+    const file = this.map.manifest.files[index];
+    const state = this.files[index] as FileState;
+    if (file === undefined || (await state.handle.stat()).size !== file.size) return false;
+    if (pool === undefined) {
+      for (let p = 0; p < file.pieces.length; p++) {
+        if (!(await this.verifyOnDisk(this.map.globalIndex(index, p), undefined))) return false;
+      }
+      return true;
+    }
+    if (file.size === 0) return true;
+    const { digests } = await pool
+      .hashFileRange(this.pathOf(index), 0, file.size, this.map.pieceSize)
+      .catch(() => ({ digests: [] as string[] }));
+    return digests.length === file.pieces.length && digests.every((digest, p) => digest === file.pieces[p]);
+  }
+
+  private async verifyOnDisk(piece: number, pool: HashPool | undefined): Promise<boolean> {
     const where = this.map.locate(piece);
+    if (pool !== undefined) {
+      const path = this.pathOf(where.fileIndex);
+      const digest = await pool
+        .hashFileRange(path, where.offset, where.length, this.map.pieceSize)
+        .then((result) => result.digests[0])
+        .catch(() => undefined);
+      return digest === where.digest;
+    }
     const state = this.files[where.fileIndex] as FileState;
     const buffer = Buffer.allocUnsafe(where.length);
     try {

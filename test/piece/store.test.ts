@@ -94,36 +94,68 @@ describe('PieceStore', () => {
     }
   });
 
-  it('keeps its verified pieces when reopened, and hashes them again after a reboot', async () => {
-    const dirs = storeDirs('reopen');
-    const options = { dataDir: dirs.dataDir, stateDir: dirs.stateDir };
-    const first = await PieceStore.open(map, options);
-    for (const piece of [0, 2, 3]) await first.put(piece, await pieceBytes(piece));
-    await first.close();
-    const again = await PieceStore.open(map, options);
-    assert.deepEqual(
-      [0, 1, 2, 3].map((piece) => again.has(piece)),
-      [true, false, true, true],
-    );
-    await again.close();
-    // A reboot (another boot id in the state file) and a byte changed on disk behind our back:
-    // the damaged piece no longer counts, the others do.
-    const statePath = join(dirs.stateDir, 'store.json');
-    const state = JSON.parse(await readFile(statePath, 'utf8')) as { model: string; boot: string };
-    await writeFile(statePath, JSON.stringify({ ...state, boot: 'another-boot' }));
-    const where = map.locate(2);
-    const path = join(dirs.dataDir, where.file.path);
-    const bytes = await readFile(path);
-    bytes[where.offset + 5] = (bytes[where.offset + 5] ?? 0) ^ 1;
-    await writeAt(path, bytes);
-    const rebooted = await PieceStore.open(map, options);
-    try {
+  for (const hashThreads of [0, 2]) {
+    const how = hashThreads === 0 ? 'on the main thread' : `on ${hashThreads} worker threads`;
+    it(`keeps its verified pieces when reopened, and hashes them again after a reboot (${how})`, async () => {
+      const dirs = storeDirs(`reopen-${hashThreads}`);
+      const options = { dataDir: dirs.dataDir, stateDir: dirs.stateDir, hashThreads };
+      const first = await PieceStore.open(map, options);
+      for (const piece of [0, 2, 3]) await first.put(piece, await pieceBytes(piece));
+      await first.close();
+      const again = await PieceStore.open(map, options);
       assert.deepEqual(
-        [0, 1, 2, 3].map((piece) => rebooted.has(piece)),
-        [true, false, false, true],
+        [0, 1, 2, 3].map((piece) => again.has(piece)),
+        [true, false, true, true],
       );
-    } finally {
-      await rebooted.close();
-    }
-  });
+      await again.close();
+      // A reboot (another boot id in the state file) and a byte changed on disk behind our back:
+      // the damaged piece no longer counts, the others do.
+      const statePath = join(dirs.stateDir, 'store.json');
+      const state = JSON.parse(await readFile(statePath, 'utf8')) as { model: string; boot: string };
+      await writeFile(statePath, JSON.stringify({ ...state, boot: 'another-boot' }));
+      const where = map.locate(2);
+      const path = join(dirs.dataDir, where.file.path);
+      const bytes = await readFile(path);
+      bytes[where.offset + 5] = (bytes[where.offset + 5] ?? 0) ^ 1;
+      await writeAt(path, bytes);
+      const rebooted = await PieceStore.open(map, options);
+      try {
+        assert.deepEqual(
+          [0, 1, 2, 3].map((piece) => rebooted.has(piece)),
+          [true, false, false, true],
+        );
+      } finally {
+        await rebooted.close();
+      }
+    });
+
+    it(`adopts a file already at its final name only when every piece matches (${how})`, async () => {
+      const dirs = storeDirs(`adopt-${hashThreads}`);
+      const options = { ...dirs, hashThreads };
+      // The model's largest file (several pieces).
+      const index = manifest.files.reduce(
+        (best, f, i, all) => (f.size > (all[best]?.size ?? 0) ? i : best),
+        0,
+      );
+      const file = manifest.files[index];
+      assert.ok(file !== undefined && file.pieces.length > 1);
+      const original = await readFile(join(source, file.path));
+      await writeAt(join(dirs.finalDir, file.path), original);
+      const store = await PieceStore.open(map, options);
+      try {
+        for (let p = 0; p < file.pieces.length; p++) assert.equal(store.has(map.globalIndex(index, p)), true);
+      } finally {
+        await store.close();
+      }
+      // The same file with one byte of its last piece changed: refused, and left as it was.
+      const changed = Buffer.from(original);
+      changed[changed.length - 1] = (changed[changed.length - 1] ?? 0) ^ 1;
+      const other = storeDirs(`adopt-changed-${hashThreads}`);
+      await writeAt(join(other.finalDir, file.path), changed);
+      await assert.rejects(PieceStore.open(map, { ...other, hashThreads }), {
+        code: 'PULL_DESTINATION_CONFLICT',
+      });
+      assert.deepEqual(await readFile(join(other.finalDir, file.path)), changed);
+    });
+  }
 });
