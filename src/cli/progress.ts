@@ -4,6 +4,7 @@
  */
 
 import { formatBytes, formatRate } from '../util/units.js';
+import type { RetryEvent } from '../origin/http.js';
 import type { CliIo } from './io.js';
 
 const BAR_WIDTH = 30;
@@ -73,14 +74,7 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
 }
 
 /** The line shown while an origin is retried: what failed, and how much of the budget is left. */
-export function originRetryLine(event: {
-  path: string;
-  attempt: number;
-  delayMs: number;
-  elapsedMs: number;
-  budgetMs: number;
-  reason: string;
-}): string {
+export function originRetryLine(event: Omit<RetryEvent, 'error'>): string {
   const seconds = (ms: number): string => `${Math.round(ms / 1000)} s`;
   return (
     `origin unavailable for ${event.path} (${event.reason}); retry ${event.attempt} in ` +

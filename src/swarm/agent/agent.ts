@@ -38,6 +38,7 @@ import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
+import type { RetryEvent } from '../../origin/http.js';
 import { Throttle } from '../../util/throttle.js';
 import { PieceMap } from '../../piece/piece-map.js';
 import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
@@ -120,16 +121,7 @@ export type AgentEvent =
   | ({ model: string } & MemberEvent)
   | { type: 'resume-failed'; model: string; reason: string }
   | { type: 'loopback-unavailable'; reason: string }
-  | {
-      type: 'origin-retry';
-      model: string;
-      path: string;
-      attempt: number;
-      delayMs: number;
-      elapsedMs: number;
-      budgetMs: number;
-      reason: string;
-    };
+  | ({ type: 'origin-retry'; model: string } & Omit<RetryEvent, 'error'>);
 
 export interface JoinOptions {
   source: string;
@@ -378,17 +370,9 @@ export class Agent {
       ...(this.options.originRetryBudgetMs === undefined
         ? {}
         : { retryBudgetMs: this.options.originRetryBudgetMs }),
-      onRetry: ({ path, attempt, delayMs, elapsedMs, budgetMs, reason }) =>
-        this.options.onEvent?.({
-          type: 'origin-retry',
-          model: hex,
-          path,
-          attempt,
-          delayMs,
-          elapsedMs,
-          budgetMs,
-          reason,
-        }),
+      // The event without the error object: what a log line or JSON event needs.
+      onRetry: ({ error: _error, ...retry }) =>
+        this.options.onEvent?.({ type: 'origin-retry', model: hex, ...retry }),
     });
     // A cache without a store state file opens empty: its member registers and starts fetching while
     // the files are created (OpeningStore); any other waits for the store to know what it holds.
