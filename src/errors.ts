@@ -182,6 +182,12 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'the scheduler forgot this agent (restart, timeout): it registers again',
   },
+  SWARM_NAME_IN_USE: {
+    status: 409,
+    exit: 1,
+    remote: true,
+    summary: 'a live host of the swarm has that name at another address: a registration cannot take it over',
+  },
   SWARM_BUSY: {
     status: 503,
     exit: 1,

@@ -113,6 +113,41 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     });
   });
 
+  it('a registration cannot take over a live host: another address is refused until that host goes silent', () => {
+    const service = new SwarmService('ce'.repeat(32), new PieceMap(fakeManifest(4)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      hostTimeoutMs: 1000,
+    });
+    const victim = register(service, 0, 'a', [0]);
+    const impostor = {
+      name: 'a',
+      url: 'http://127.0.0.2:1/elsewhere',
+      uploadBytesPerSecond: 1e8,
+      downloadBytesPerSecond: 1e8,
+      have: encodeBitfield(4, () => true),
+    };
+    assert.throws(() => service.register(500, impostor), { code: 'SWARM_NAME_IN_USE' });
+    // The live host is untouched: same id, same address, same pieces.
+    assert.deepEqual(
+      service.status().hosts.map((h) => [h.host, h.url, h.held]),
+      [[victim, 'http://127.0.0.1:1/a', 1]],
+    );
+    service.sync(900, victim, { reports: [], waitMs: 0 });
+    assert.throws(() => service.register(1800, impostor), { code: 'SWARM_NAME_IN_USE' });
+    // The same agent restarting (same name, same address) replaces its old registration at once.
+    const restarted = register(service, 1850, 'a', [0, 1]);
+    assert.deepEqual(
+      service.status().hosts.map((h) => [h.host, h.held]),
+      [[restarted, 2]],
+    );
+    // A host silent past its timeout may be replaced from anywhere (it moved, or it is gone).
+    const moved = service.register(1850 + 1001, impostor).host;
+    assert.deepEqual(
+      service.status().hosts.map((h) => [h.host, h.url]),
+      [[moved, 'http://127.0.0.2:1/elsewhere']],
+    );
+  });
+
   it('plans the next download when an agent says a transfer is ending (pipelining), and only its own', () => {
     const service = new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(12)), {
       ...SWARM_SERVICE_DEFAULTS,

@@ -62,8 +62,12 @@ export interface SchedulerSessionOptions {
 }
 
 const REGISTER_RETRY_MS = 500;
-/** Answers from the scheduler that trying again cannot change: the model stops with them. */
-const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED']);
+/**
+ * Answers from the scheduler that trying again cannot change: the model stops with them. A name in
+ * use by a live host at another address is a second agent configured with this one's name (or an
+ * impostor); waiting would retry forever while that host lives.
+ */
+const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED', 'SWARM_NAME_IN_USE']);
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */

@@ -85,8 +85,22 @@ export class SwarmService {
 
   register(nowMs: number, message: Register): Registered {
     const held = decodeBitfield(message.have, this.map.pieceCount);
-    // An agent that restarted registers under the same name: its old self is gone.
+    // An agent that restarted registers under the same name and address: its old self is gone. A
+    // registration from another address cannot take over a host that is still alive (heard from
+    // within its timeout): it is refused until that host goes silent.
     const previous = this.byName.get(message.name);
+    const old = previous === undefined ? undefined : this.hosts.get(previous);
+    if (
+      old !== undefined &&
+      old.url !== message.url &&
+      nowMs - old.lastSeenMs <= this.options.hostTimeoutMs
+    ) {
+      throw new WeightcastError(
+        'SWARM_NAME_IN_USE',
+        `host name ${JSON.stringify(message.name)} belongs to a live host at ${old.url}`,
+        { name: message.name },
+      );
+    }
     if (previous !== undefined) this.drop(nowMs, previous);
     const id = this.freeIds.pop() ?? this.nextId++;
     const entry: HostEntry = {
