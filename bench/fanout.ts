@@ -50,6 +50,7 @@ import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit 
 import { userPullArgv } from './netns/commands.js';
 import {
   allReady,
+  failedRuns,
   hostFinish,
   LEG_TIMEOUT_FACTOR,
   LEG_TIMEOUT_MIN_MS,
@@ -470,9 +471,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     await meter.stop();
     rtts = await sampler.stop();
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    log(`${leg}: failed: ${message}`);
-    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+    runs = failedRuns(leg, hostSet.hosts.length, error);
   } finally {
     await sampler.stop();
     await stopAll(services);

@@ -37,7 +37,8 @@ import {
 } from './commands.js';
 import {
   allReady,
-  hostFinish,
+  failedRuns,
+  hostsPrint,
   LEG_TIMEOUT_FACTOR,
   LEG_TIMEOUT_MIN_MS,
   LegMeter,
@@ -148,18 +149,12 @@ export async function bittorrentLeg(context: LegContext): Promise<LegMeasurement
     const started = await meter.start();
     for (const leecher of leechers) release(leecher);
     const deadline = started + legTimeoutMs(context);
-    const finish = { line: new RegExp(`^${BITTORRENT_COMPLETE_LINE} `) };
-    runs = await Promise.all(
-      leechers.map((leecher, index) =>
-        hostFinish(leecher, finish, started, deadline, hostSet.hosts[index]?.label ?? String(index)),
-      ),
-    );
+    const labels = hostSet.hosts.map((host) => host.label);
+    runs = await hostsPrint(leechers, new RegExp(`^${BITTORRENT_COMPLETE_LINE} `), started, deadline, labels);
     // Every leecher seeded until now; the clocks stop before they are stopped.
     await meter.stop();
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    log(`${leg}: failed: ${message}`);
-    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+    runs = failedRuns(leg, hostSet.hosts.length, error);
   } finally {
     await stopAll(services);
     await meter.close();
@@ -252,17 +247,11 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
     const started = await meter.start();
     release(sender);
     const deadline = started + legTimeoutMs(context);
-    const finish = { line: new RegExp(`^${CHAIN_RECEIVED_LINE}$`) };
-    runs = await Promise.all(
-      hostChildren.map((child, index) =>
-        hostFinish(child, finish, started, deadline, hostSet.hosts[index]?.label ?? String(index)),
-      ),
-    );
+    const labels = hostSet.hosts.map((host) => host.label);
+    runs = await hostsPrint(hostChildren, new RegExp(`^${CHAIN_RECEIVED_LINE}$`), started, deadline, labels);
     await meter.stop();
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    log(`${leg}: failed: ${message}`);
-    runs = hostSet.hosts.map(() => ({ seconds: undefined, problem: message }));
+    runs = failedRuns(leg, hostSet.hosts.length, error);
   } finally {
     await stopAll(children);
     await meter.close();

@@ -95,6 +95,13 @@ export interface HostRun {
   problem?: string;
 }
 
+/** A leg that failed as a whole: said once, and every host counted unfinished with the reason. */
+export function failedRuns(leg: string, hosts: number, error: unknown): HostRun[] {
+  const message = error instanceof Error ? error.message : String(error);
+  log(`${leg}: failed: ${message}`);
+  return Array.from({ length: hosts }, () => ({ seconds: undefined, problem: message }));
+}
+
 /** How a host's command counts as finished: its exit with status 0, or a line on its stdout. */
 export type Finish = { exit: true } | { line: RegExp };
 
@@ -102,6 +109,21 @@ export type Finish = { exit: true } | { line: RegExp };
  * Waits for `child` to finish as `finish` says, until `deadline` (a performance.now() value), and
  * times it from `started`. A child still going at the deadline is stopped and counts as unfinished.
  */
+/** Every host's child until it prints `line` (in host order), against one deadline from `started`. */
+export function hostsPrint(
+  children: readonly ChildProcess[],
+  line: RegExp,
+  started: number,
+  deadline: number,
+  labels: readonly string[],
+): Promise<HostRun[]> {
+  return Promise.all(
+    children.map((child, index) =>
+      hostFinish(child, { line }, started, deadline, labels[index] ?? String(index)),
+    ),
+  );
+}
+
 export async function hostFinish(
   child: ChildProcess,
   finish: Finish,
