@@ -2,8 +2,11 @@
  * `npm run bench:sim`: the real scheduling core in the deterministic simulator at N = 10, 100 and
  * 1000 hosts (1000 x 100,000 pieces), a rack-constrained swarm, one with failing hosts, one whose
  * requests are not pipelined (each waits a full request latency), and ones that lose the scheduler
- * at the start and part-way (the agents' fallback policy, core/fallback.ts, from then on). Each row prints T_last against the
- * fluid lower bound of the same setting. `--max-hosts N` skips larger rows.
+ * at the start and part-way (the agents' fallback policy, core/fallback.ts, from then on), and ones
+ * with adversaries: hosts that make up corrupt reports, hosts that send corrupt bytes (the blame
+ * column: adversaries caught, honest hosts banned or demoted at the end, re-checks started). Each
+ * row prints T_last against the fluid lower bound of the same setting (of the honest hosts).
+ * `--max-hosts N` skips larger rows.
  */
 
 import { parseArgs } from 'node:util';
@@ -70,6 +73,18 @@ const CASES: Case[] = [
     pieceBytes: 4 * MiB,
     schedulerLossAtMs: 3000,
   }),
+  scenario('N=100, 5 hosts make up corrupt reports', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: 4 * MiB,
+    liarHosts: 5,
+  }),
+  scenario('N=100, 3 hosts send corrupt bytes', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: 4 * MiB,
+    corruptHosts: 3,
+  }),
   scenario('N=1000, 100k pieces', { hosts: 1000, totalBytes: 100_000 * MiB, pieceBytes: MiB }, true),
 ];
 
@@ -103,6 +118,7 @@ function main(): void {
     'p50',
     'p99',
     'wall',
+    'blame: caught, honest banned/demoted, re-checks',
     'goal',
     'met',
   ];
@@ -123,6 +139,9 @@ function main(): void {
       formatSeconds(result.p50Ms / 1000),
       formatSeconds(result.p99Ms / 1000),
       formatSeconds(wall),
+      result.adversaries === 0
+        ? ''
+        : `${result.adversariesCaught}/${result.adversaries}, ${result.honestBanned}/${result.honestDemoted}, ${result.rechecks}`,
       goal ? 'eff >= 0.90, origin <= 1.05' : '',
       goal ? (met ? 'yes' : 'NO') : '',
     ]);

@@ -9,6 +9,11 @@
  * left, the core is told (`handleTransferEnding`) and the next request goes out, so its first byte
  * arrives as the last byte of the previous one does.
  *
+ * Adversaries (`liarHosts`, `corruptHosts`, seeded like failures) test blame: a liar reports every
+ * piece it gets from a peer as corrupt, a corrupt host sends corrupt bytes of every piece it
+ * uploads. They download like everyone (a liar ends up fetching from the origin once it has
+ * banned its peers), but only the honest hosts' completion ends a run and counts in the result.
+ *
  * `schedulerLossAtMs` takes the scheduler away mid-run: from then on every host runs the agents'
  * fallback policy (swarm/core/fallback.ts) on what it alone knows, as a member without a scheduler
  * does (see FallbackSim below).
@@ -57,6 +62,10 @@ export interface SimOptions {
    * fetches on with the fallback policy. Unset: the scheduler stays.
    */
   schedulerLossAtMs?: number;
+  /** Hosts that report every piece from a peer as corrupt (made-up accusations). Default 0. */
+  liarHosts?: number;
+  /** Hosts that upload corrupt bytes of every piece. Default 0. */
+  corruptHosts?: number;
 }
 
 export interface SimResult {
@@ -80,6 +89,15 @@ export interface SimResult {
   fallbackTransfers: number;
   /** Of them, fetches that found their peer's upload slots full and went elsewhere. */
   fallbackBusy: number;
+  /** Transfers reported corrupt (true or made up), and re-checks of suspected pieces started. */
+  corruptTransfers: number;
+  rechecks: number;
+  /** Honest hosts banned or (still) demoted as parents at the end: 0 when blame needs evidence. */
+  honestBanned: number;
+  honestDemoted: number;
+  /** Liars distrusted and corrupt hosts banned at the end, of all adversaries. */
+  adversariesCaught: number;
+  adversaries: number;
 }
 
 /** Runs stop after this many times the lower bound, whatever happens. */
@@ -107,6 +125,9 @@ class SimRun {
   private readonly completedAt: Float64Array;
   private readonly failed = new Set<number>();
   private readonly failures: Array<{ atMs: number; host: number }>;
+  private readonly liars = new Set<number>();
+  private readonly corrupt = new Set<number>();
+  private readonly honestHosts: number;
   private originBytes = 0;
   private originDoneMs = 0;
   private lastProgressMs = 0;
@@ -159,6 +180,8 @@ class SimRun {
       ringParents: options.ringParents ?? RING_PARENTS_DEFAULT,
     });
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
+    this.planAdversaries();
+    this.honestHosts = options.hosts - this.liars.size - this.corrupt.size;
     this.failures = this.planFailures();
   }
 
@@ -170,7 +193,7 @@ class SimRun {
     let now = 0;
     let ticks = 0;
     let failureIndex = 0;
-    while (this.completed + this.failed.size < this.options.hosts && now < limitMs) {
+    while (this.completed + this.failed.size < this.honestHosts && now < limitMs) {
       const next = now + tickMs;
       const lossAtMs = this.options.schedulerLossAtMs;
       if (this.fallback === undefined && lossAtMs !== undefined && lossAtMs < next) {
@@ -236,7 +259,12 @@ class SimRun {
     }
     this.pieceOf.delete(transferId);
     const seconds = Math.max(1e-9, (atMs - events.startAtMs(i)) / 1000);
-    this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
+    const fromPeer = src !== this.originEndpoint;
+    if (fromPeer && (this.corrupt.has(src) || this.liars.has(dst))) {
+      this.core.handleTransfer(atMs, { transferId, outcome: 'corrupt' });
+    } else {
+      this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
+    }
     for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, atMs);
     if (this.core.isComplete(dst)) this.noteComplete(dst, atMs);
     this.startAssignments(atMs);
@@ -245,7 +273,7 @@ class SimRun {
   private noteComplete(host: number, atMs: number): void {
     const complete =
       this.fallback === undefined ? this.core.isComplete(host) : this.fallback.isComplete(host);
-    if (complete && Number.isNaN(this.completedAt[host]) && !this.failed.has(host)) {
+    if (complete && Number.isNaN(this.completedAt[host]) && !this.failed.has(host) && this.isHonest(host)) {
       this.completedAt[host] = atMs;
       this.completed++;
     }
@@ -348,8 +376,26 @@ class SimRun {
     return spec;
   }
 
+  private isHonest(host: number): boolean {
+    return !this.liars.has(host) && !this.corrupt.has(host);
+  }
+
+  /** Liars and corrupt hosts, from the run's seed (a generator of their own: other draws stay as they were). */
+  private planAdversaries(): void {
+    const liars = this.options.liarHosts ?? 0;
+    const corrupt = this.options.corruptHosts ?? 0;
+    assert(liars + corrupt < this.options.hosts, 'simulator options: adversaries leave no honest host');
+    const random = new Random(this.options.seed ^ 0xbad);
+    while (this.liars.size < liars) this.liars.add(random.below(this.options.hosts));
+    while (this.corrupt.size < corrupt) {
+      const host = random.below(this.options.hosts);
+      if (!this.liars.has(host)) this.corrupt.add(host);
+    }
+  }
+
   private boundMs(): number {
-    const survivors = this.options.hosts - Math.min(this.options.failHosts, this.options.hosts - 1);
+    const honest = this.options.hosts - (this.options.liarHosts ?? 0) - (this.options.corruptHosts ?? 0);
+    const survivors = honest - Math.min(this.options.failHosts, honest - 1);
     return (
       fluidLowerBoundSeconds({
         totalBytes: this.options.totalBytes,
@@ -374,11 +420,14 @@ class SimRun {
 
   /** Failure times and victims from the run's seed: spread over 10%-60% of the lower bound. */
   private planFailures(): Array<{ atMs: number; host: number }> {
-    const count = Math.min(this.options.failHosts, this.options.hosts - 1);
+    const count = Math.min(this.options.failHosts, this.honestHosts - 1);
     const random = new Random(this.options.seed ^ 0x5eed);
     const bound = this.boundMs();
     const victims = new Set<number>();
-    while (victims.size < count) victims.add(random.below(this.options.hosts));
+    while (victims.size < count) {
+      const host = random.below(this.options.hosts);
+      if (this.isHonest(host)) victims.add(host);
+    }
     return [...victims]
       .map((host) => ({ host, atMs: bound * (0.1 + 0.5 * random.nextFloat()) }))
       .sort((a, b) => a.atMs - b.atMs || a.host - b.host);
@@ -394,7 +443,7 @@ class SimRun {
     return {
       hostsCompleted: this.completed,
       hostsFailed: this.failed.size,
-      incomplete: this.completed + this.failed.size < this.options.hosts,
+      incomplete: this.completed + this.failed.size < this.honestHosts,
       tLastMs,
       tLowerBoundMs: boundMs,
       efficiency: boundMs / tLastMs,
@@ -408,6 +457,31 @@ class SimRun {
       tickMs,
       fallbackTransfers: this.fallback?.transfers ?? 0,
       fallbackBusy: this.fallback?.busy ?? 0,
+      ...this.blame(),
+    };
+  }
+
+  private blame(): Pick<
+    SimResult,
+    'corruptTransfers' | 'rechecks' | 'honestBanned' | 'honestDemoted' | 'adversariesCaught' | 'adversaries'
+  > {
+    let honestBanned = 0;
+    let honestDemoted = 0;
+    for (let host = 0; host < this.options.hosts; host++) {
+      if (!this.isHonest(host)) continue;
+      if (this.core.isBanned(host)) honestBanned++;
+      else if (this.core.isDemoted(host)) honestDemoted++;
+    }
+    let caught = 0;
+    for (const host of this.liars) if (this.core.isDemoted(host) || this.core.isBanned(host)) caught++;
+    for (const host of this.corrupt) if (this.core.isBanned(host)) caught++;
+    return {
+      corruptTransfers: this.core.stats.transfersCorrupt,
+      rechecks: this.core.stats.rechecksStarted,
+      honestBanned,
+      honestDemoted,
+      adversariesCaught: caught,
+      adversaries: this.liars.size + this.corrupt.size,
     };
   }
 }

@@ -72,6 +72,32 @@ test('hosts that fail mid-run do not stop the others', () => {
   assert.equal(result.hostsCompleted, 17);
 });
 
+test('hosts that make up corrupt reports ban or demote no honest host, and are found out', () => {
+  for (const seed of [5, 6, 7]) {
+    console.log(`simulate: liars, seed ${seed}`);
+    const result = simulate(options({ seed, liarHosts: 3 }));
+    assert.equal(result.incomplete, false, `seed ${seed}`);
+    assert.equal(result.hostsCompleted, 17, `seed ${seed}: every honest host completes`);
+    assert.ok(result.corruptTransfers > 0, `seed ${seed}: the liars lied`);
+    assert.equal(result.honestBanned, 0, `seed ${seed}`);
+    assert.equal(result.honestDemoted, 0, `seed ${seed}`);
+    assert.equal(result.adversariesCaught, 3, `seed ${seed}: every liar distrusted`);
+  }
+});
+
+test('hosts that send corrupt bytes are banned after a re-check, and no honest host is', () => {
+  for (const seed of [5, 6, 7]) {
+    console.log(`simulate: corrupt hosts, seed ${seed}`);
+    const result = simulate(options({ seed, corruptHosts: 2 }));
+    assert.equal(result.incomplete, false, `seed ${seed}`);
+    assert.equal(result.hostsCompleted, 18, `seed ${seed}`);
+    assert.ok(result.rechecks > 0, `seed ${seed}: suspected pieces were re-checked`);
+    assert.equal(result.adversariesCaught, 2, `seed ${seed}: both banned`);
+    assert.equal(result.honestBanned + result.honestDemoted, 0, `seed ${seed}`);
+    assert.deepEqual(simulate(options({ seed, corruptHosts: 2 })), result, `seed ${seed} did not replay`);
+  }
+});
+
 test('a swarm that loses its scheduler finishes on the fallback policy, replayably, every link within capacity', () => {
   for (const seed of [21, 22]) {
     const bound = simulate(options({ seed })).tLowerBoundMs;

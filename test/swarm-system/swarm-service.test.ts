@@ -113,6 +113,43 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     });
   });
 
+  it('a host that leaves with blame keeps its mark and its id: no newcomer inherits it, and it gets it back', () => {
+    const service = new SwarmService('cf'.repeat(32), new PieceMap(fakeManifest(4)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      hostTimeoutMs: 1000,
+    });
+    const parent = register(service, 0, 'parent', [0, 1, 2, 3]);
+    const liar = register(service, 0, 'liar', [0, 1, 2]);
+    // The liar calls piece 3 from the parent corrupt.
+    service.sync(1, liar, { reports: [], waitMs: 0 });
+    const [lie] = service.takeReply(liar).assignments;
+    assert.deepEqual([lie?.piece, lie?.peer], [3, parent]);
+    service.sync(2, liar, { reports: [{ transferId: lie!.transferId, outcome: 'corrupt' }], waitMs: 0 });
+    const prober = register(service, 3, 'prober', [0]);
+    // The scheduler has the prober re-check piece 3 from the parent; the prober's copy verifies.
+    service.sync(3, prober, { reports: [], waitMs: 0 });
+    const toProber = service.takeReply(prober).assignments;
+    assert.ok(
+      toProber.some((a) => a.piece === 3 && a.peer === parent),
+      'the prober fetches piece 3 from the parent',
+    );
+    service.sync(4, prober, {
+      reports: toProber.map((a) => ({ transferId: a.transferId, outcome: 'verified' as const })),
+      waitMs: 0,
+    });
+    assert.equal(service.core.stats.rechecksRefuted, 1, 'the re-check refuted the lie');
+    assert.ok(service.core.isBlamed(liar) && service.core.isDemoted(liar));
+    // The liar goes silent and is dropped; a newcomer does not get its id, the liar does.
+    service.sync(900, parent, { reports: [], waitMs: 0 });
+    service.sync(900, prober, { reports: [], waitMs: 0 });
+    service.tick(1500);
+    const newcomer = register(service, 1600, 'newcomer');
+    assert.notEqual(newcomer, liar);
+    assert.equal(service.core.isDemoted(newcomer), false);
+    assert.equal(register(service, 1700, 'liar', [0, 1, 2]), liar);
+    assert.equal(service.core.isDemoted(liar), true, 'the mark stays with the name');
+  });
+
   it('a registration cannot take over a live host: another address is refused until that host goes silent', () => {
     const service = new SwarmService('ce'.repeat(32), new PieceMap(fakeManifest(4)), {
       ...SWARM_SERVICE_DEFAULTS,

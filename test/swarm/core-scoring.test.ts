@@ -131,7 +131,7 @@ test('corrupt bytes ban the parent for that host; the piece is fetched elsewhere
   }
 });
 
-test('corrupt reports from two different hosts ban the parent for everyone; its pieces are withdrawn', () => {
+test('corrupt reports from two hosts demote the parent for everyone; only a confirmed re-check would ban it', () => {
   const seed = 2;
   const driver = swarm(seed, { downloadsPerHostMax: 1 });
   driver.add(hostSpec(1, { zone: 'a', rack: 'r1', seed: true }));
@@ -144,17 +144,13 @@ test('corrupt reports from two different hosts ban the parent for everyone; its 
   );
   driver.report(assigned[0]!.transferId, 'corrupt');
   driver.report(assigned[1]!.transferId, 'corrupt');
-  assert.ok(driver.core.isBanned(1), `seed ${seed}`);
-  assert.equal(driver.core.copies(0), 0, 'a banned parent is no copy');
-  driver.poll();
-  assert.ok(
-    driver.inFlight.every((a) => a.from === ORIGIN),
-    `seed ${seed}: only the origin is left`,
-  );
+  assert.ok(driver.core.isDemoted(1), `seed ${seed}: two accusers, no witness`);
+  assert.equal(driver.core.isBanned(1), false, `seed ${seed}: accusations alone never ban`);
+  // Both banned host 1 for themselves: the origin serves them (core-recheck.test.ts has the bans).
   assert.ok(driver.runUntilComplete([8, 9]) >= 0, `seed ${seed}: stalled`);
   assert.ok(
     driver.log.slice(2).every((a) => a.from !== 1),
-    `seed ${seed}: banned parent used again`,
+    `seed ${seed}: a parent banned by both hosts used again`,
   );
 });
 

@@ -11,6 +11,7 @@ test('holder rows set, test and clear per piece, and survive growth in hosts', (
   assert.ok(holders.has(2, 3) && holders.has(2, 9) && holders.has(4, 0));
   assert.equal(holders.has(2, 4), false);
   assert.equal(holders.has(3, 3), false);
+  assert.equal(holders.has(1, 35), false, 'a host id past the row width holds nothing (not piece 2 host 3)');
   holders.ensureHosts(200);
   assert.ok(holders.rowWords >= 7);
   assert.ok(holders.has(2, 3) && holders.has(2, 9) && holders.has(4, 0), 'rows are re-laid out intact');

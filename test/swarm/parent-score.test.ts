@@ -81,13 +81,15 @@ test('failures demote; verified uploads heal', () => {
   assert.equal(records.isDemoted(0), false);
 });
 
-test('corrupt: one accuser alone changes nothing for everyone; two distinct accusers with no witnesses ban', () => {
+test('corrupt: one accuser alone changes nothing for everyone; two demote; a confirmed re-check bans', () => {
   const records = new ParentRecords();
   records.ensureHosts(5);
   assert.equal(records.recordCorrupt(0, 1), 'accused');
   assert.equal(records.isDemoted(0), false, 'one report is no evidence');
   assert.equal(records.recordCorrupt(0, 1), 'accused', 'the same reporter twice is one accuser');
-  assert.equal(records.recordCorrupt(0, 2), 'banned');
+  assert.equal(records.recordCorrupt(0, 2), 'demoted', 'accusers alone never ban');
+  assert.equal(records.banned[0], 0);
+  assert.equal(records.confirm(0, 3), 'banned', 'a re-check by a third host got corrupt bytes too');
   assert.equal(records.banned[0], 1);
   records.reset(0, 1000);
   assert.equal(records.banned[0], 1, 'rejoining does not lift a ban');
@@ -127,5 +129,11 @@ test('corrupt: as many accusers as witnesses demote, more ban; witnesses arrivin
   fresh.recordVerified(0, 1e6, 5);
   fresh.recordCorrupt(0, 1);
   fresh.recordCorrupt(0, 2);
-  assert.equal(fresh.recordCorrupt(0, 3), 'banned', 'three accusers against one witness');
+  assert.equal(fresh.recordCorrupt(0, 3), 'demoted', 'three accusers against one witness, unconfirmed');
+  assert.equal(fresh.confirm(0, 4), 'banned', 'confirmed');
+  const vouched = new ParentRecords();
+  vouched.ensureHosts(10);
+  for (const receiver of [5, 6, 7]) vouched.recordVerified(0, 1e6, receiver);
+  vouched.recordCorrupt(0, 1);
+  assert.equal(vouched.confirm(0, 2), 'accused', 'a confirmed pair against three witnesses bans nothing');
 });

@@ -16,6 +16,8 @@ export interface SimFlags {
   rackUplinkMbps?: string;
   latencyMs: string;
   failHosts: string;
+  liars: string;
+  corruptHosts: string;
   schedulerLossS?: string;
   seed: string;
   downloads: string;
@@ -30,6 +32,17 @@ function numberFlag(text: string, what: string, minimum: number): number {
   const value = Number(text);
   if (!Number.isFinite(value) || value < minimum) {
     throw new WeightcastError('USAGE', `${what} must be a number >= ${minimum}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+function hostCountFlag(text: string, what: string): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isInteger(value) || value < 0) {
+    throw new WeightcastError(
+      'USAGE',
+      `${what} must be a whole number of hosts, got ${JSON.stringify(text)}`,
+    );
   }
   return value;
 }
@@ -51,7 +64,9 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
         ? 0
         : (numberFlag(flags.rackUplinkMbps, '--rack-uplink-mbps', 1) * 1e6) / 8,
     latencyMs: numberFlag(flags.latencyMs, '--latency-ms', 0),
-    failHosts: numberFlag(flags.failHosts, '--fail-hosts', 0),
+    failHosts: hostCountFlag(flags.failHosts, '--fail-hosts'),
+    liarHosts: hostCountFlag(flags.liars, '--liars'),
+    corruptHosts: hostCountFlag(flags.corruptHosts, '--corrupt-hosts'),
     seed: numberFlag(flags.seed, '--seed', 0),
     downloadsPerHost,
     uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
@@ -68,6 +83,8 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
       : parsePositiveInt(flags.originReaders, '--origin-readers');
   if (options.failHosts >= hosts)
     throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
+  if (options.failHosts + (options.liarHosts ?? 0) + (options.corruptHosts ?? 0) >= hosts)
+    throw new WeightcastError('USAGE', '--fail-hosts, --liars and --corrupt-hosts must leave an honest host');
   if (Math.ceil(options.totalBytes / options.pieceBytes) > 10_000_000) {
     throw new WeightcastError('USAGE', 'more than 10,000,000 pieces: raise --piece-mb');
   }
@@ -103,7 +120,13 @@ function describe(options: SimOptions, result: SimResult, wallSeconds: number): 
     `efficiency    ${result.efficiency.toFixed(3)}`,
     `origin / S    ${result.originRatio.toFixed(3)} (origin done at ${formatSeconds(result.originDoneMs / 1000)})`,
     `p50 / p99     ${formatSeconds(result.p50Ms / 1000)} / ${formatSeconds(result.p99Ms / 1000)}`,
-    `hosts         ${result.hostsCompleted} completed, ${result.hostsFailed} failed`,
+    `hosts         ${result.hostsCompleted} completed, ${result.hostsFailed} failed` +
+      (result.adversaries > 0 ? ` (honest hosts; ${result.adversaries} adversaries not counted)` : ''),
+    ...(result.adversaries === 0
+      ? []
+      : [
+          `blame         ${result.corruptTransfers} transfers reported corrupt, ${result.rechecks} re-checked by a third host; adversaries caught ${result.adversariesCaught}/${result.adversaries}; honest hosts banned ${result.honestBanned}, demoted ${result.honestDemoted}`,
+        ]),
     ...(options.schedulerLossAtMs === undefined
       ? []
       : [

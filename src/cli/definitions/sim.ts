@@ -27,6 +27,8 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
       '--scheduler-loss-s <s>',
       'the scheduler goes away this many seconds in: every host fetches on with the agents’ fallback policy',
     )
+    .option('--liars <n>', 'hosts that report every piece from a peer as corrupt (made-up blame)', '0')
+    .option('--corrupt-hosts <n>', 'hosts that upload corrupt bytes of every piece', '0')
     .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
     .option('--downloads <n>', 'pieces a host downloads at once', '4')
     .option('--uploads <n>', 'pieces a host uploads at once', '4')

@@ -107,7 +107,10 @@ export class HolderBits {
   }
 
   has(piece: number, host: number): boolean {
-    return ((this.rows[piece * this.rowWords + (host >>> 5)]! >>> (host & 31)) & 1) === 1;
+    const word = host >>> 5;
+    // A host id beyond the rows' width holds nothing (and must not read the next piece's row).
+    if (word >= this.rowWords) return false;
+    return ((this.rows[piece * this.rowWords + word]! >>> (host & 31)) & 1) === 1;
   }
 
   set(piece: number, host: number): void {

@@ -6,10 +6,13 @@
  * receiver counts as a witness for the parent; a failed transfer adds to the parent's failure score;
  * a corrupt one makes its reporter an accuser. Blame needs evidence: a parent is demoted for
  * everyone only when at least two distinct hosts accuse it and they are at least as many as its
- * witnesses, and banned when they outnumber them; a parent whose witnesses outnumber its accusers
- * by two or more is cleared, and its accusers are distrusted (their reports no longer count, and
- * they rank as demoted parents themselves). So no single host, and no pair of made-up hosts against
- * a parent that served others, can exile an honest parent. Scores flow out: one number per
+ * witnesses; a parent whose witnesses outnumber its accusers by two or more is cleared, and its
+ * accusers are distrusted (their reports no longer count, and they rank as demoted parents
+ * themselves). Every accusation is also re-checked (recheck.ts): a third host the core picks
+ * fetches the same piece from the same parent; its verified copy refutes the accusation (`refute`),
+ * a corrupt one confirms it (`confirm`). A parent is banned for everyone only when a re-check
+ * confirmed corrupt bytes and its accusers outnumber its witnesses. So no single host, and no
+ * number of made-up hosts whose accusations a re-check refutes, can exile an honest parent. Scores flow out: one number per
  * candidate, ordered by (not demoted, locality tier, idle upload bandwidth), so a comparison is one
  * `>`.
  */
@@ -85,8 +88,10 @@ export class ParentRecords {
   slow = new Uint8Array(0);
   corrupt = new Uint8Array(0);
   banned = new Uint8Array(0);
-  /** Hosts whose corrupt reports did not hold up against a parent's witnesses. */
+  /** Hosts whose corrupt reports did not hold up (against a parent's witnesses, or a re-check). */
   distrusted = new Uint8Array(0);
+  /** Parents a re-check caught sending corrupt bytes to a host the core picked. */
+  confirmed = new Uint8Array(0);
   /** Per parent, the first EVIDENCE_MAX distinct hosts that verified bytes from it, and their count. */
   private witnesses = new Int32Array(0);
   private witnessCount = new Uint8Array(0);
@@ -114,6 +119,7 @@ export class ParentRecords {
     this.corrupt = grownBytes(this.corrupt, size);
     this.banned = grownBytes(this.banned, size);
     this.distrusted = grownBytes(this.distrusted, size);
+    this.confirmed = grownBytes(this.confirmed, size);
     this.witnessCount = grownBytes(this.witnessCount, size);
     this.accuserCount = grownBytes(this.accuserCount, size);
     this.witnesses = grownHostLists(this.witnesses, size);
@@ -127,6 +133,11 @@ export class ParentRecords {
     this.rateSamples[host] = 0;
     this.failureScore[host] = 0;
     this.slow[host] = 0;
+  }
+
+  /** Banned, or marked by blame (corrupt or distrusted): a mark that must stay with this host. */
+  isBlamed(host: number): boolean {
+    return this.banned[host] === 1 || this.corrupt[host] === 1 || this.distrusted[host] === 1;
   }
 
   isDemoted(host: number): boolean {
@@ -144,6 +155,11 @@ export class ParentRecords {
     const measured = this.rateAverage[host]!;
     const perUpload = measured > 0 ? Math.min(measured, capacity) : capacity / uploadsPerHostMax;
     return capacity - uploadsInFlight * perUpload;
+  }
+
+  /** Some other host verified bytes `host` sent it: `host` takes part in the swarm for real. */
+  vouched(host: number): boolean {
+    return this.witnessCount[host]! > 0;
   }
 
   /** `receiver` verified bytes from `host`: a rate sample, and a witness for `host`. */
@@ -180,6 +196,23 @@ export class ParentRecords {
     return this.judge(host);
   }
 
+  /**
+   * A third host the core chose fetched the piece `accuser` called corrupt from `host`, and it
+   * verified: the accusation is withdrawn and the accuser distrusted (see recheck.ts).
+   */
+  refute(host: number, accuser: number): CorruptVerdict {
+    this.distrusted[accuser] = 1;
+    removeMember(this.accusers, this.accuserCount, host, accuser);
+    return this.judge(host);
+  }
+
+  /** A re-check by `prober`, a host the core picked, got corrupt bytes from `host` too. */
+  confirm(host: number, prober: number): CorruptVerdict {
+    this.confirmed[host] = 1;
+    if (this.accuserCount[host]! < EVIDENCE_MAX) addDistinct(this.accusers, this.accuserCount, host, prober);
+    return this.judge(host);
+  }
+
   /** Accusers against witnesses: see the module comment. A ban is never lifted. */
   private judge(host: number): CorruptVerdict {
     const accusers = this.accuserCount[host]!;
@@ -190,7 +223,7 @@ export class ParentRecords {
       this.corrupt[host] = 0;
       return this.banned[host] === 1 ? 'banned' : 'accused';
     }
-    if (accusers >= ACCUSERS_MIN && accusers > witnesses) this.banned[host] = 1;
+    if (this.confirmed[host] === 1 && accusers >= ACCUSERS_MIN && accusers > witnesses) this.banned[host] = 1;
     this.corrupt[host] = accusers >= ACCUSERS_MIN && accusers >= witnesses ? 1 : 0;
     return this.banned[host] === 1 ? 'banned' : this.corrupt[host] === 1 ? 'demoted' : 'accused';
   }
@@ -241,6 +274,19 @@ function addDistinct(lists: Int32Array, counts: Uint8Array, owner: number, membe
   lists[base + count] = member;
   counts[owner] = count + 1;
   return true;
+}
+
+/** Removes `member` from `owner`'s list if it is there (order is not kept). */
+function removeMember(lists: Int32Array, counts: Uint8Array, owner: number, member: number): void {
+  const base = owner * EVIDENCE_MAX;
+  const count = counts[owner]!;
+  for (let i = 0; i < count; i++) {
+    if (lists[base + i] !== member) continue;
+    lists[base + i] = lists[base + count - 1]!;
+    lists[base + count - 1] = NO_HOST;
+    counts[owner] = count - 1;
+    return;
+  }
 }
 
 function grownHostLists(old: Int32Array, hosts: number): Int32Array<ArrayBuffer> {

@@ -35,7 +35,7 @@ import { IntSet } from './int-set.js';
 import { OriginPolicy } from './origin.js';
 import { rarestInWindow, RecentPieces } from './offer.js';
 import { ParkedHosts } from './parked.js';
-import { ParentRecords } from './parent-score.js';
+import { ParentRecords, type CorruptVerdict } from './parent-score.js';
 import { ParentSearch } from './parent-search.js';
 import {
   missingListMax,
@@ -52,6 +52,7 @@ import {
 import { PriorityQueues } from './priority.js';
 import { Random } from './random.js';
 import { RarityIndex } from './rarity.js';
+import { Rechecks, type Recheck } from './recheck.js';
 import { TransferTable } from './transfers.js';
 import {
   ORIGIN,
@@ -88,6 +89,13 @@ const PRIORITY_EXAMINED_MAX = 64;
 /** Parked hosts re-planned per sweep (the periodic safety net against a wake-up that never came). */
 const SWEEP_HOSTS_MAX = 64;
 const SWEEP_INTERVAL_MS_DEFAULT = 1000;
+/**
+ * Re-checks (recheck.ts): parked hosts tried first as the prober, hosts looked at per re-check, and
+ * per poll for all of them (a queue that finds no prober costs little on every poll).
+ */
+const PROBER_PARKED_TRIES = 4;
+const PROBER_LOOKS_PER_RECHECK = 256;
+const PROBER_LOOKS_MAX = 1024;
 const NONE = -1;
 
 export class SwarmCore {
@@ -100,6 +108,9 @@ export class SwarmCore {
     transfersCancelled: 0,
     hedgesAssigned: 0,
     hostsComplete: 0,
+    rechecksStarted: 0,
+    rechecksRefuted: 0,
+    rechecksConfirmed: 0,
   };
 
   private readonly pieceCount: number;
@@ -121,6 +132,7 @@ export class SwarmCore {
   private readonly missing = new MissingLists();
   private readonly inFlight: InFlightPieces;
   private readonly search: ParentSearch;
+  private readonly rechecks = new Rechecks();
 
   /** Per host: held pieces (undefined while absent), how many, present, seed. */
   private held: Array<Uint32Array | undefined> = [];
@@ -225,12 +237,14 @@ export class SwarmCore {
     if (!this.isPresent(host)) return;
     for (let slot = this.transfers.firstDownload(host); slot !== NONE;) {
       const next = this.transfers.nextDownload(slot);
+      this.rechecks.retry(this.rechecks.take(this.transfers.idOf(slot)));
       this.finishTransfer(slot);
       slot = next;
     }
     for (let slot = this.transfers.firstUpload(host); slot !== NONE;) {
       const next = this.transfers.nextUpload(slot);
       const downloader = this.transfers.host[slot]!;
+      this.rechecks.take(this.transfers.idOf(slot));
       this.finishTransfer(slot);
       if (this.isDownloading(downloader)) this.ready.add(downloader);
       slot = next;
@@ -258,23 +272,38 @@ export class SwarmCore {
     const host = this.transfers.host[slot]!;
     const piece = this.transfers.piece[slot]!;
     const from = this.transfers.from[slot]!;
+    const recheck = this.rechecks.take(report.transferId);
     this.finishTransfer(slot);
     switch (report.outcome) {
       case 'verified':
         this.stats.transfersVerified++;
-        if (from !== ORIGIN) this.parents.recordVerified(from, report.bytesPerSecond, host);
+        if (from !== ORIGIN) this.recordVerified(from, report.bytesPerSecond, host);
+        if (recheck !== undefined) this.refute(recheck);
         this.gainPiece(host, piece);
         break;
       case 'corrupt':
         this.stats.transfersCorrupt++;
-        if (from !== ORIGIN) this.onCorrupt(host, from);
+        if (recheck === undefined) {
+          if (from !== ORIGIN) this.onCorrupt(host, from, piece);
+        } else if (this.parents.vouched(host)) {
+          this.confirm(recheck.parent, host);
+        } else {
+          // A prober no other host vouches for yet (it may be the accuser's accomplice) accuses
+          // like any reporter (and is re-checked in turn) and confirms once one does; meanwhile
+          // another host re-checks (this one has banned the parent).
+          this.onCorrupt(host, from, piece);
+          this.rechecks.defer(from, host);
+          this.rechecks.retry(recheck, false);
+        }
         break;
       case 'failed':
         this.stats.transfersFailed++;
         if (from !== ORIGIN) this.parents.recordFailed(from);
+        this.rechecks.retry(recheck);
         break;
       case 'cancelled':
         this.stats.transfersCancelled++;
+        this.rechecks.retry(recheck);
         break;
     }
     if (this.isDownloading(host)) this.ready.add(host);
@@ -325,6 +354,7 @@ export class SwarmCore {
 
   pollAssignments(nowMs: number): Assignment[] {
     this.tick(nowMs);
+    if (this.rechecks.pending > 0) this.runRechecks();
     this.fillOrigin();
     while (this.ready.size > 0) this.plan(this.ready.pop());
     this.runOffers();
@@ -372,9 +402,17 @@ export class SwarmCore {
     return this.isPresent(host) ? this.search.bannedBy(host) : [];
   }
 
-  /** True when `parent` is banned for everyone (corrupt bytes reported by two different hosts). */
+  /** True when `parent` is banned for everyone (corrupt bytes, confirmed by a re-check: recheck.ts). */
   isBanned(parent: HostId): boolean {
     return this.parents.banned[parent] === 1;
+  }
+
+  /**
+   * True when `host` carries a mark of blame (banned, demoted as corrupt, or distrusted): the shell
+   * must give its id to no other host, and the same host back its id when it returns.
+   */
+  isBlamed(host: HostId): boolean {
+    return this.parents.isBlamed(host);
   }
 
   /** True when `parent` ranks below every healthy parent (slow, failing or reported corrupt). */
@@ -859,12 +897,122 @@ export class SwarmCore {
 
   // ---- parents ------------------------------------------------------------------------------------
 
-  private onCorrupt(host: number, parent: number): void {
+  /**
+   * `host` got corrupt bytes of `piece` from `parent`: it will not fetch from `parent` again, its
+   * report is weighed (parent-score.ts), and unless that settled it, the piece is re-checked by a
+   * third host (recheck.ts).
+   */
+  private onCorrupt(host: number, parent: number, piece: number): void {
+    const verdict = this.accuse(host, parent);
+    if (verdict !== 'banned' && verdict !== 'ignored') this.rechecks.add(parent, piece, host);
+  }
+
+  /** `host` bans `parent` for itself and accuses it; a ban for everyone withdraws the parent. */
+  private accuse(host: number, parent: number): CorruptVerdict {
     this.search.ban(host, parent);
     const wasBanned = this.parents.banned[parent] === 1;
-    if (this.parents.recordCorrupt(parent, host) === 'banned' && !wasBanned && this.isPresent(parent)) {
-      this.withdrawParent(parent);
+    const verdict = this.parents.recordCorrupt(parent, host);
+    if (verdict === 'banned' && !wasBanned && this.isPresent(parent)) this.withdrawParent(parent);
+    return verdict;
+  }
+
+  /** A re-check's probe verified: the accusation is withdrawn and its maker distrusted. */
+  private refute(recheck: Recheck): void {
+    this.stats.rechecksRefuted++;
+    this.parents.refute(recheck.parent, recheck.accuser);
+  }
+
+  /**
+   * A re-check's probe got corrupt bytes too: confirmed, and the prober is one more accuser (a
+   * parent that served no one else is banned; one that served many is not, since the core may have
+   * picked a host colluding with the accuser).
+   */
+  private confirm(parent: number, prober: number): void {
+    this.stats.rechecksConfirmed++;
+    this.search.ban(prober, parent);
+    const wasBanned = this.parents.banned[parent] === 1;
+    const verdict = this.parents.confirm(parent, prober);
+    if (verdict === 'banned' && !wasBanned && this.isPresent(parent)) this.withdrawParent(parent);
+  }
+
+  /** A verified upload from `parent`; the first one vouches for it, settling its deferred re-checks. */
+  private recordVerified(parent: number, bytesPerSecond: number | undefined, receiver: number): void {
+    const wasVouched = this.parents.vouched(parent);
+    this.parents.recordVerified(parent, bytesPerSecond, receiver);
+    if (wasVouched || this.rechecks.deferredCount === 0 || !this.parents.vouched(parent)) return;
+    for (const accused of this.rechecks.takeDeferred(parent)) this.confirm(accused, parent);
+  }
+
+  /**
+   * Starts probes for queued re-checks: each needs its parent present, unbanned and with a free
+   * upload slot, an accuser not yet distrusted, and a prober (findProber). One that cannot start
+   * now waits for a later poll; one that no longer matters is dropped. At most PROBER_LOOKS_MAX
+   * hosts are looked at per poll, whatever the queue holds.
+   */
+  private runRechecks(): void {
+    let looks = PROBER_LOOKS_MAX;
+    for (let i = 0; i < this.rechecks.pending && looks > 0;) {
+      const { parent, piece, accuser } = this.rechecks.at(i);
+      if (
+        !this.isPresent(parent) ||
+        this.parents.banned[parent] === 1 ||
+        this.parents.distrusted[accuser] === 1
+      ) {
+        this.rechecks.removeAt(i);
+        continue;
+      }
+      let prober = NONE;
+      if (this.transfers.uploads[parent]! < this.uploadsMax && this.hostsDownloading > 0) {
+        const budget = Math.min(looks, PROBER_LOOKS_PER_RECHECK, this.present.length + PROBER_PARKED_TRIES);
+        prober = this.findProber(parent, piece, accuser, budget);
+        looks -= budget;
+      }
+      if (prober === NONE) {
+        i++;
+        continue;
+      }
+      this.start(prober, piece, parent, false);
+      this.rechecks.startAt(i, this.assignments[this.assignments.length - 1]!.transferId);
+      this.stats.rechecksStarted++;
+      this.parkIfFull(prober);
     }
+  }
+
+  /**
+   * A host to re-check `piece` from `parent`: neither the parent nor the accuser, not distrusted,
+   * downloading with a free slot, lacking the piece (so the probe is a fetch it needs) and free to
+   * fetch from that parent; one that other hosts vouch for (parent-score.ts) if any is found. A few
+   * idle (parked) hosts are tried first, then host ids in order from a random one; `looks` at most.
+   */
+  private findProber(parent: number, piece: number, accuser: number, looks: number): number {
+    const ids = this.present.length;
+    const start = this.random.below(ids);
+    let unvouched = NONE;
+    for (let look = 0; look < looks; look++) {
+      const host =
+        look < PROBER_PARKED_TRIES
+          ? this.parked.size > 0
+            ? this.parked.random(this.random)
+            : NONE
+          : (start + look - PROBER_PARKED_TRIES) % ids;
+      if (host === NONE || !this.canProbe(host, parent, piece, accuser)) continue;
+      if (this.parents.vouched(host)) return host;
+      if (unvouched === NONE) unvouched = host;
+    }
+    return unvouched;
+  }
+
+  private canProbe(host: number, parent: number, piece: number, accuser: number): boolean {
+    return (
+      host !== parent &&
+      host !== accuser &&
+      this.isDownloading(host) &&
+      this.parents.distrusted[host] !== 1 &&
+      this.transfers.downloads[host]! < this.downloadsMax &&
+      !hasBit(this.held[host]!, piece) &&
+      !this.inFlight.has(host, piece) &&
+      !this.search.isBannedFor(host, parent)
+    );
   }
 
   /**

@@ -112,4 +112,8 @@ export interface SwarmStats {
   hedgesAssigned: number;
   /** Hosts present now that hold every piece, seeds not counted. */
   hostsComplete: number;
+  /** Re-checks of suspected pieces (recheck.ts): probes started, accusations refuted, confirmed. */
+  rechecksStarted: number;
+  rechecksRefuted: number;
+  rechecksConfirmed: number;
 }

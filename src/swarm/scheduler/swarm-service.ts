@@ -44,6 +44,11 @@ export class SwarmService {
   private readonly byName = new Map<string, number>();
   private readonly transferHost = new Map<number, { host: number; piece: number; from: number }>();
   private readonly freeIds: number[] = [];
+  /**
+   * Ids of hosts that left carrying blame (banned, corrupt, distrusted), by name: never given to
+   * another host (it would inherit the mark), and given back to the same name (the mark stays).
+   */
+  private readonly blamedIds = new Map<string, number>();
   private nextId = 0;
   originBytes = 0;
 
@@ -102,7 +107,9 @@ export class SwarmService {
       );
     }
     if (previous !== undefined) this.drop(nowMs, previous);
-    const id = this.freeIds.pop() ?? this.nextId++;
+    const blamed = this.blamedIds.get(message.name);
+    if (blamed !== undefined) this.blamedIds.delete(message.name);
+    const id = blamed ?? this.freeIds.pop() ?? this.nextId++;
     const entry: HostEntry = {
       id,
       name: message.name,
@@ -256,7 +263,8 @@ export class SwarmService {
     }
     this.hosts.delete(host);
     if (this.byName.get(entry.name) === host) this.byName.delete(entry.name);
-    this.freeIds.push(host);
+    if (this.core.isBlamed(host)) this.blamedIds.set(entry.name, host);
+    else this.freeIds.push(host);
     entry.wake?.();
   }
 
