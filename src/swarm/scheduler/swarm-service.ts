@@ -240,6 +240,11 @@ export class SwarmService {
       transfersVerified: stats.transfersVerified,
       transfersCorrupt: stats.transfersCorrupt,
       transfersFailed: stats.transfersFailed,
+      rechecks: {
+        started: stats.rechecksStarted,
+        refuted: stats.rechecksRefuted,
+        confirmed: stats.rechecksConfirmed,
+      },
     };
   }
 

@@ -135,6 +135,8 @@ export const swarmStatusSchema = z.object({
   transfersVerified: z.number(),
   transfersCorrupt: z.number(),
   transfersFailed: z.number(),
+  /** Re-checks of suspected pieces by a third host: started, refuting the report, confirming it. */
+  rechecks: z.object({ started: z.number(), refuted: z.number(), confirmed: z.number() }),
 });
 export type SwarmStatus = z.infer<typeof swarmStatusSchema>;
 
