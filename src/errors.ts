@@ -188,6 +188,13 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'a live host of the swarm has that name at another address: a registration cannot take it over',
   },
+  SWARM_DISTRUSTED: {
+    status: 403,
+    exit: 1,
+    remote: true,
+    summary:
+      "this host's corrupt reports did not hold up when re-checked by other hosts (bytes it receives fail verification here: memory or disk fault, or it lies): the scheduler removed it",
+  },
   SWARM_BUSY: {
     status: 503,
     exit: 1,

@@ -150,6 +150,41 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.equal(service.core.isDemoted(liar), true, 'the mark stays with the name');
   });
 
+  it('a host whose corrupt reports keep failing re-checks is removed with SWARM_DISTRUSTED, and stays out', () => {
+    const service = new SwarmService('d0'.repeat(32), new PieceMap(fakeManifest(48)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      hostTimeoutMs: 60_000,
+    });
+    const all = Array.from({ length: 48 }, (_, i) => i);
+    register(service, 0, 'parent', all);
+    const honest = ['h1', 'h2', 'h3'].map((name) => ({ name, id: register(service, 0, name), liar: false }));
+    const liar = { name: 'liar', id: register(service, 0, 'liar'), liar: true };
+    const pending = new Map<number, Report[]>();
+    let refused: unknown;
+    for (let round = 1; round <= 200 && refused === undefined; round++) {
+      for (const host of [...honest, liar]) {
+        try {
+          service.sync(round, host.id, { reports: pending.get(host.id) ?? [], waitMs: 0 });
+        } catch (error) {
+          refused = error;
+          break;
+        }
+        pending.set(
+          host.id,
+          service.takeReply(host.id).assignments.map((a) => ({
+            transferId: a.transferId,
+            // The liar calls everything corrupt, as a host whose memory garbles what it receives would.
+            outcome: host.liar ? ('corrupt' as const) : ('verified' as const),
+          })),
+        );
+      }
+    }
+    assert.equal((refused as { code?: string } | undefined)?.code, 'SWARM_DISTRUSTED');
+    assert.ok(!service.status().hosts.some((h) => h.name === 'liar'), 'the liar was removed');
+    assert.throws(() => register(service, 300, 'liar'), { code: 'SWARM_DISTRUSTED' });
+    for (const host of service.status().hosts) assert.equal(host.demoted || host.banned, false, host.name);
+  });
+
   it('a registration cannot take over a live host: another address is refused until that host goes silent', () => {
     const service = new SwarmService('ce'.repeat(32), new PieceMap(fakeManifest(4)), {
       ...SWARM_SERVICE_DEFAULTS,

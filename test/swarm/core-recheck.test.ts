@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Rechecks, RECHECK_ATTEMPTS_MAX, RECHECKS_PENDING_MAX } from '../../src/swarm/core/recheck.js';
+import { IGNORED_REPORTS_EJECT } from '../../src/swarm/core/swarm-core.js';
 import { ORIGIN, type Assignment } from '../../src/swarm/core/types.js';
 import { Driver, hostSpec, makeConfig, range } from './harness.js';
 
@@ -189,6 +190,39 @@ test('made-up reports from many fake hosts: each liar is found out, no honest ho
     const caught = liars.filter((liar) => driver.core.isDemoted(liar));
     assert.deepEqual(caught, liars, `seed ${seed}: every liar is distrusted`);
     assert.ok(driver.core.stats.rechecksRefuted >= 1, `seed ${seed}: caught by re-checks`);
+  }
+});
+
+test('a distrusted host that goes on reporting corrupt pieces is planned for no more (no endless feeding)', () => {
+  for (const seed of SEEDS) {
+    const big = new Driver(
+      makeConfig({ pieceCount: 64, randomSeed: seed, ringParents: 0, downloadsPerHostMax: 2 }),
+      seed,
+    );
+    big.add(hostSpec(1, { seed: true }));
+    const honest = [2, 3, 4, 5, 6];
+    for (const host of honest) big.add(hostSpec(host));
+    big.add(hostSpec(9));
+    big.poll();
+    let lies = 0;
+    for (let steps = 0; steps < 50_000 && big.inFlight.length > 0; steps++) {
+      const done = big.inFlight[big.random.below(big.inFlight.length)]!;
+      const lie = done.host === 9 && done.from !== ORIGIN;
+      if (lie) lies++;
+      big.report(done.transferId, lie ? 'corrupt' : 'verified');
+      big.poll();
+    }
+    assert.ok(
+      honest.every((h) => big.core.isComplete(h)),
+      `seed ${seed}: honest hosts complete`,
+    );
+    // Its first reports, then at most IGNORED_REPORTS_EJECT once distrusted (plus what was in flight).
+    assert.ok(lies <= IGNORED_REPORTS_EJECT + 4, `seed ${seed}: ${lies} corrupt reports from host 9`);
+    assert.ok(
+      big.core.isComplete(9) || big.core.isEjected(9),
+      `seed ${seed}: the liar either finished from the origin or was ejected`,
+    );
+    assert.equal(big.core.isEjected(2), false);
   }
 });
 

@@ -65,9 +65,10 @@ const REGISTER_RETRY_MS = 500;
 /**
  * Answers from the scheduler that trying again cannot change: the model stops with them. A name in
  * use by a live host at another address is a second agent configured with this one's name (or an
- * impostor); waiting would retry forever while that host lives.
+ * impostor); waiting would retry forever while that host lives. A host removed as distrusted
+ * receives bytes that fail verification (or lies): the model cannot complete here.
  */
-const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED', 'SWARM_NAME_IN_USE']);
+const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED', 'SWARM_NAME_IN_USE', 'SWARM_DISTRUSTED']);
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */

@@ -90,6 +90,12 @@ const PRIORITY_EXAMINED_MAX = 64;
 const SWEEP_HOSTS_MAX = 64;
 const SWEEP_INTERVAL_MS_DEFAULT = 1000;
 /**
+ * Corrupt reports a distrusted host may go on making before the core stops planning for it (and
+ * the shell removes it): every piece it gets fails its check, so feeding it more only burns its
+ * parents' uploads (a liar, or a host whose memory or disk corrupts what it receives).
+ */
+export const IGNORED_REPORTS_EJECT = 8;
+/**
  * Re-checks (recheck.ts): parked hosts tried first as the prober, hosts looked at per re-check, and
  * per poll for all of them (a queue that finds no prober costs little on every poll).
  */
@@ -133,6 +139,8 @@ export class SwarmCore {
   private readonly inFlight: InFlightPieces;
   private readonly search: ParentSearch;
   private readonly rechecks = new Rechecks();
+  /** Per host: corrupt reports made after it was distrusted (see IGNORED_REPORTS_EJECT). */
+  private ignoredReports = new Int32Array(0);
 
   /** Per host: held pieces (undefined while absent), how many, present, seed. */
   private held: Array<Uint32Array | undefined> = [];
@@ -284,6 +292,9 @@ export class SwarmCore {
       case 'corrupt':
         this.stats.transfersCorrupt++;
         if (recheck === undefined) {
+          // Counted whatever the source: a host that garbles what it receives fails the origin's
+          // pieces too, and would otherwise fetch them from the origin for ever.
+          if (this.parents.distrusted[host] === 1) this.ignoredReports[host]!++;
           if (from !== ORIGIN) this.onCorrupt(host, from, piece);
         } else if (this.parents.vouched(host)) {
           this.confirm(recheck.parent, host);
@@ -415,6 +426,14 @@ export class SwarmCore {
     return this.parents.isBlamed(host);
   }
 
+  /**
+   * True when `host`, distrusted, went on reporting corrupt bytes (IGNORED_REPORTS_EJECT times): the
+   * core plans nothing more for it, and the shell should remove it with a clear error.
+   */
+  isEjected(host: HostId): boolean {
+    return (this.ignoredReports[host] ?? 0) >= IGNORED_REPORTS_EJECT;
+  }
+
   /** True when `parent` ranks below every healthy parent (slow, failing or reported corrupt). */
   isDemoted(parent: HostId): boolean {
     return this.parents.isDemoted(parent);
@@ -544,7 +563,7 @@ export class SwarmCore {
 
   /** Fills `host`'s free download slots; parks it if some stay free. */
   private plan(host: number): void {
-    if (!this.isDownloading(host)) {
+    if (!this.isDownloading(host) || this.isEjected(host)) {
       this.parked.delete(host);
       return;
     }
@@ -1220,6 +1239,7 @@ export class SwarmCore {
     if (hostCount <= this.present.length) return;
     const size = Math.max(hostCount, this.present.length * 2);
     this.heldCounts = grown(this.heldCounts, size);
+    this.ignoredReports = grown(this.ignoredReports, size);
     const present = new Uint8Array(size);
     present.set(this.present);
     this.present = present;

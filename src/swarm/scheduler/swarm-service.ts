@@ -108,6 +108,7 @@ export class SwarmService {
     }
     if (previous !== undefined) this.drop(nowMs, previous);
     const blamed = this.blamedIds.get(message.name);
+    if (blamed !== undefined && this.core.isEjected(blamed)) throw distrusted(message.name);
     if (blamed !== undefined) this.blamedIds.delete(message.name);
     const id = blamed ?? this.freeIds.pop() ?? this.nextId++;
     const entry: HostEntry = {
@@ -159,6 +160,12 @@ export class SwarmService {
       const transfer = this.transferHost.get(transferId);
       if (transfer === undefined || transfer.host !== host) continue;
       this.core.handleTransferEnding(nowMs, transferId);
+    }
+    if (this.core.isEjected(host)) {
+      // Its reports kept failing re-checks: it leaves (its name stays marked) and is told why.
+      this.drop(nowMs, host);
+      this.distribute(nowMs);
+      throw distrusted(entry.name);
     }
     const urgent = (message.urgent ?? []).filter((piece) => piece < this.map.pieceCount);
     if (urgent.length > 0) this.core.prioritize(nowMs, host, urgent);
@@ -334,4 +341,13 @@ export class SwarmService {
     }
     return out;
   }
+}
+
+function distrusted(name: string): WeightcastError {
+  return new WeightcastError(
+    'SWARM_DISTRUSTED',
+    `host ${JSON.stringify(name)} reported corrupt pieces that other hosts verified as correct, again and again: ` +
+      'the bytes it receives fail verification there (a memory or disk fault?) or it lies; it was removed from the swarm',
+    { name },
+  );
 }
