@@ -263,7 +263,9 @@ async function applyFault(
   await sleep(Math.max(0, Math.min(started + atMs, deadline) - performance.now()));
   const at = `at ${formatSeconds((performance.now() - started) / 1000)}`;
   if (kind === 'kill-agents') {
-    const killed = await Promise.all(targets.killed.map((index) => runs[index]?.crash() ?? false));
+    const killed = await Promise.all(
+      targets.killed.map((index) => runs[index]?.crash() ?? Promise.resolve(false)),
+    );
     const missed = targets.killed.filter((_, i) => killed[i] !== true);
     log(`${kind}: kill -9 of ${labels(targets.killed)} ${at}`);
     return (

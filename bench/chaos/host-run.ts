@@ -111,9 +111,8 @@ export class HostRun {
 
   /** Stops what is still running (the agent serves peers until the row ends). */
   async stop(): Promise<void> {
-    await Promise.all(
-      [this.#agent, this.#pull].map((child) => (child === undefined ? undefined : stopChild(child))),
-    );
+    const children = [this.#agent, this.#pull].filter((child) => child !== undefined);
+    await Promise.all(children.map((child) => stopChild(child)));
   }
 
   #start(role: 'agent' | 'pull', argv: readonly string[]): ChildProcess {
