@@ -178,6 +178,40 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     });
   });
 
+  it('with a cluster token, members left without a scheduler fetch from their peers, not the origin', async () => {
+    // Every process of the cluster inherits the token: peers then answer only with it, the have-maps
+    // a member on its own asks for included.
+    const saved = process.env['WEIGHTCAST_CLUSTER_TOKEN'];
+    process.env['WEIGHTCAST_CLUSTER_TOKEN'] = 'fallback-test-token-0123456789';
+    try {
+      await withCluster('fallback-token', { hosts: 3, hostMbps: 80, originMbps: 16 }, async (cluster) => {
+        const started = performance.now();
+        await cluster.join(0);
+        await cluster.waitComplete([0], started, 60_000);
+        await Promise.all([1, 2].map((i) => cluster.join(i)));
+        for (let tries = 0; tries < 400; tries++) {
+          if ((await cluster.status(1)).held >= 2) break;
+          await sleep(20);
+        }
+        const before = (await cluster.status(1)).held + (await cluster.status(2)).held;
+        cluster.scheduler.child.kill('SIGKILL');
+        await cluster.waitComplete(all(3), started, 60_000);
+        await assertCopies(cluster, all(3));
+        const [one, two] = [await cluster.status(1), await cluster.status(2)];
+        const originShare = (one.originBytes + two.originBytes) / size;
+        // Host 0 holds everything: fetching on their own, hosts 1 and 2 take it from host 0. Had its
+        // have-map been refused (no token sent), they would read the rest from the origin's stripes.
+        assert.ok(
+          originShare < 0.25,
+          `hosts 1 and 2 read ${originShare.toFixed(2)} x S from the origin (they held ${before} pieces at the kill)`,
+        );
+      });
+    } finally {
+      if (saved === undefined) delete process.env['WEIGHTCAST_CLUSTER_TOKEN'];
+      else process.env['WEIGHTCAST_CLUSTER_TOKEN'] = saved;
+    }
+  });
+
   it('pulls through the swarm in-process (pull --scheduler) and through a local agent (pull --agent)', async () => {
     await withCluster('pulls', { hosts: 2, hostMbps: 80, originMbps: 40 }, async (cluster) => {
       const manifestPath = join(work.path, 'pulls', 'manifest.json');

@@ -76,6 +76,7 @@ export class FallbackFetcher {
           const raw = await callJson(`${peer}/v1/models/${model}/have`, 'a peer', {
             timeoutMs: 2000,
             signal,
+            access: this.options.access,
           });
           const have = parseMessage(haveSchema, raw, 'have');
           pieces = new Set(decodeBitfield(have.have, map.pieceCount));
