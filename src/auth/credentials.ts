@@ -144,6 +144,21 @@ function checkedToken(token: string, where: string): string {
   return token;
 }
 
+/** A server's own certificate and key from `--tls-cert`/`--tls-key` alone (a server without tokens). */
+export async function serverTlsFrom(flags: {
+  tlsCert?: string | undefined;
+  tlsKey?: string | undefined;
+}): Promise<ServerTls | undefined> {
+  const [cert, key] = await Promise.all([
+    pemFrom(flags.tlsCert, '--tls-cert'),
+    pemFrom(flags.tlsKey, '--tls-key'),
+  ]);
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new WeightcastError('USAGE', '--tls-cert and --tls-key go together');
+  }
+  return cert === undefined || key === undefined ? undefined : { cert, key };
+}
+
 async function pemFrom(file: string | undefined, flag: string): Promise<string | undefined> {
   if (file === undefined) return undefined;
   try {

@@ -9,6 +9,7 @@
  * redirect, a connection cut or stalled part-way through the body, or a body with one byte flipped.
  */
 
+import { createServiceServer, schemeOf, type ServerTls } from '../auth/transport.js';
 import { createReadStream, type Stats } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -57,6 +58,8 @@ export interface FileServerOptions {
   rateBytesPerSecond?: number;
   /** Timeouts and connections per address (src/util/server-limits.ts); requests have no body here. */
   limits?: Partial<ServerLimits>;
+  /** Serve HTTPS with this certificate and key (PEM). */
+  tls?: ServerTls;
 }
 
 export interface FileServerStats {
@@ -110,7 +113,12 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
     (request, response) => {
       handleRequest(context, request, response).catch(() => response.destroy());
     },
-    { noDelay: true },
+    {
+      noDelay: true,
+      ...(options.tls === undefined
+        ? {}
+        : { create: (serverOptions, listener) => createServiceServer(options.tls, serverOptions, listener) }),
+    },
   );
   server.on('connection', () => {
     context.stats.connections += 1;
@@ -130,7 +138,7 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
       server.closeAllConnections();
     });
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/`,
+    url: `${schemeOf(options.tls)}://${host.includes(':') ? `[${host}]` : host}:${port}/`,
     port,
     stats: context.stats,
     close,

@@ -18,7 +18,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import type { Agent, Dispatcher } from 'undici';
-import { tlsClientOptions, type ClientTls } from '../auth/transport.js';
+import { tlsClientOptions, untrustedCertificate, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
@@ -654,6 +654,9 @@ export class HttpOrigin implements Origin {
         { cause: error },
       );
     }
+    // A certificate no trusted CA signed will not be trusted on a retry: say what to configure.
+    const untrusted = untrustedCertificate(error, this.location);
+    if (untrusted !== undefined) return untrusted;
     const retryable = TRANSIENT_NETWORK_CODES.has(code) || code.startsWith('HPE_');
     return new WeightcastError(
       'ORIGIN_IO',

@@ -26,6 +26,7 @@ import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
 import { makeTestCa, type TestCa, type TestCertificate } from '../helpers/tls.js';
+import { CLI, startProcess, stopProcess } from '../../scripts/cluster.js';
 
 const CLUSTER = randomBytes(24).toString('hex');
 const credentials = { clusterToken: CLUSTER };
@@ -199,6 +200,39 @@ describe(
       );
       assert.equal(code, 2);
       assert.match(io.err.join(''), /TLS_UNTRUSTED/);
+    });
+
+    it('weightcast serve over HTTPS: a pull trusting its CA reads the model, another CA is refused', async () => {
+      const served = await startProcess(
+        [CLI, 'serve', modelDir, '--tls-cert', serverCert.certFile, '--tls-key', serverCert.keyFile],
+        /"url":"([^"]+)"/,
+        'serve',
+      );
+      try {
+        assert.match(served.url, /^https:\/\//);
+        const pullFrom = async (caFile: string, to: string): Promise<{ code: number; err: string }> => {
+          const io = memoryIo(AbortSignal.timeout(30_000));
+          const code = await runCli(
+            ['pull', served.url, '--to', join(work.path, to), '--manifest', manifestFile, '--tls-ca', caFile],
+            io,
+          );
+          return { code, err: io.err.join('') };
+        };
+        const trusted = await pullFrom(ca.caFile, 'from-https-origin');
+        assert.equal(trusted.code, 0, trusted.err);
+        assert.ok(
+          await sameFiles(
+            join(work.path, 'from-https-origin'),
+            modelDir,
+            manifest.files.map((file) => file.path),
+          ),
+        );
+        const untrusted = await pullFrom(otherCa.caFile, 'from-untrusted-origin');
+        assert.equal(untrusted.code, 2, untrusted.err);
+        assert.match(untrusted.err, /TLS_UNTRUSTED.*--tls-ca/);
+      } finally {
+        await stopProcess(served);
+      }
     });
 
     it('a service verifying its callers refuses a client without a certificate from its CA', async () => {

@@ -22,7 +22,7 @@ async function openSeedSource(
   return openSeedSource(...args);
 }
 
-/** The cluster credential (and TLS) for the catalog and the seed nodes. */
+/** The cluster credential (and TLS) for the catalog and the seed nodes; the TLS for an https:// origin. */
 async function seedAccess(flags: PullFlags): Promise<ServiceAccess> {
   const { resolveAccess } = await import('../../auth/credentials.js');
   return (await resolveAccess(flags)).client;
@@ -55,9 +55,14 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
           ? Math.min(SEED_READS_MAX, SEED_READS_PER_NODE * seeded.origin.primaryNodes)
           : CONCURRENCY_DEFAULT;
     const files = manifest?.files.map((f) => ({ path: f.path, size: f.size }));
+    // An https:// origin signed by a private CA (weightcast serve --tls-cert, say): --tls-ca trusts it.
+    const tls =
+      seeded === undefined && /^https:\/\//i.test(src) && (flags.tlsCa ?? flags.tlsCert) !== undefined
+        ? (await seedAccess(flags)).tls
+        : undefined;
     const origin =
       seeded?.origin ??
-      openSource(src, { ...flags, connections: concurrency, ...(files ? { files } : {}) }, progress);
+      openSource(src, { ...flags, connections: concurrency, tls, ...(files ? { files } : {}) }, progress);
     const started = performance.now();
     try {
       const result = await pull(origin, flags.to, {

@@ -7,6 +7,7 @@
 import { stat } from 'node:fs/promises';
 import { WeightcastError } from '../../errors.js';
 import { startFileServer } from '../../origin/file-server.js';
+import { serverTlsFrom } from '../../auth/credentials.js';
 import { fileServerOptions } from '../../origin/file-server-main.js';
 import { EXIT_OK, reportError, untilInterrupted, type CliIo } from '../io.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
@@ -16,11 +17,18 @@ export interface ServeFlags extends ServerLimitFlags {
   host: string;
   token?: string;
   rateMbps?: string;
+  tlsCert?: string;
+  tlsKey?: string;
 }
 
 export async function serveCommand(dir: string, flags: ServeFlags, io: CliIo): Promise<number> {
   try {
-    const options = { ...fileServerOptions({ root: dir, ...flags }), limits: serverLimitsFromFlags(flags) };
+    const tls = await serverTlsFrom(flags);
+    const options = {
+      ...fileServerOptions({ root: dir, ...flags }),
+      limits: serverLimitsFromFlags(flags),
+      ...(tls === undefined ? {} : { tls }),
+    };
     // A missing directory would otherwise be a server that answers 404 to everything.
     const isDirectory = await stat(dir).then(
       (stats) => stats.isDirectory(),

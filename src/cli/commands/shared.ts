@@ -4,6 +4,7 @@ import { WeightcastError } from '../../errors.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
 import { originRetryLine, type Progress } from '../progress.js';
+import type { ClientTls } from '../../auth/transport.js';
 
 export interface OriginFlags {
   token?: string;
@@ -12,6 +13,8 @@ export interface OriginFlags {
   originRetryS?: string;
   /** Known files (from a manifest): an HTTP origin then needs no listing. */
   files?: OriginEntry[];
+  /** An https:// origin's CA to trust (and a client certificate to present), from --tls-*. */
+  tls?: ClientTls | undefined;
 }
 
 /** Opens SRC with the token from --token, WEIGHTCAST_TOKEN or HF_TOKEN, logging retries. */
@@ -21,6 +24,7 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
     ...(token !== undefined && token !== '' ? { token } : {}),
     ...(flags.connections !== undefined ? { connections: flags.connections } : {}),
     ...(flags.files !== undefined ? { files: flags.files } : {}),
+    ...(flags.tls !== undefined ? { tls: flags.tls } : {}),
     ...(flags.originRetryS !== undefined ? { retryBudgetMs: originRetryBudgetMs(flags.originRetryS) } : {}),
     onRetry: (info) => progress?.log(`weightcast: ${originRetryLine(info)}`),
   });
