@@ -7,14 +7,15 @@
  * Layout: files live under `dataDir` at their model paths (sparse until filled); `stateDir` holds
  * `journal` (one line per verified piece, see journal.ts) and `store.json` (which model, which
  * boot). With `finalDir` (a pull's destination) a file is synced and renamed from `dataDir` into
- * `finalDir` once every piece of it is verified, so a file under its final name is always complete;
- * its open handle keeps serving peers after the rename. Without it nothing is synced (see finishFile).
+ * `finalDir` once every piece of it is verified, and the directory synced (final-file.ts, the same
+ * steps as the pull's), so a file under its final name is always complete; its open handle keeps
+ * serving peers after the rename. Without it nothing is synced (see finishFile).
  *
  * Restart: within one boot the journal is trusted (a kill -9 loses no written bytes); after a reboot
  * journaled pieces are hashed again before they count.
  */
 
-import { mkdir, open, readFile, rename, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { constants } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -25,6 +26,7 @@ import { manifestDigest } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
 import { verifyPiece } from './verify.js';
+import { moveToFinalName, Writeback, writeFully } from './final-file.js';
 
 export interface PieceStoreOptions {
   dataDir: string;
@@ -47,17 +49,9 @@ interface FileState {
   handle: FileHandle;
   remaining: number;
   final: boolean;
-  /** Bytes written since the last background flush started (files bound for a destination). */
-  unflushed: number;
-  /** A background datasync under way, if any. */
-  flushing?: Promise<void>;
+  /** Background flushes while a file bound for a destination fills (final-file.ts). */
+  writeback: Writeback;
 }
-
-/**
- * A file bound for a destination is flushed in the background every this many written bytes, so
- * the disk works while the network does and the sync before its rename has little left to do.
- */
-const WRITEBACK_BYTES = 64 * 1024 * 1024;
 
 export class PieceStore {
   private readonly held: Uint8Array;
@@ -191,7 +185,8 @@ export class PieceStore {
     const where = this.map.locate(piece);
     const file = this.files[where.fileIndex] as FileState;
     await writeFully(file.handle, bytes, where.offset);
-    this.startWriteback(file, bytes.length);
+    if (this.options.finalDir !== undefined && !file.final)
+      file.writeback.wrote(bytes.length, file.remaining <= 1);
     await this.journal.append({ file: where.fileIndex, piece: where.piece, digest: where.digest });
     // The file is finished (synced, renamed into place) before its last piece counts, so a
     // complete store means every file is under its final name.
@@ -302,7 +297,7 @@ export class PieceStore {
     if (this.closed) return;
     this.closed = true;
     await this.journal.close().catch(() => undefined);
-    await Promise.allSettled(this.files.map((file) => file.flushing ?? Promise.resolve()));
+    await Promise.allSettled(this.files.map((file) => file.writeback.settled()));
     await Promise.all(this.files.map((file) => file.handle.close().catch(() => undefined)));
   }
 
@@ -427,42 +422,21 @@ export class PieceStore {
     }
   }
 
-  /** Errors of a background flush are left to the sync before the rename, which reports them. */
-  private startWriteback(file: FileState, bytes: number): void {
-    if (this.options.finalDir === undefined || file.final) return;
-    file.unflushed += bytes;
-    if (file.unflushed < WRITEBACK_BYTES || file.flushing !== undefined || file.remaining <= 1) return;
-    file.unflushed = 0;
-    file.flushing = file.handle
-      .datasync()
-      .catch(() => undefined)
-      .finally(() => {
-        delete file.flushing;
-      });
-  }
-
   private async finishFile(fileIndex: number): Promise<void> {
     const state = this.files[fileIndex] as FileState;
     // An agent's cache is not synced: within a boot the page cache holds every written byte, and
     // after a reboot journaled pieces are hashed again. Syncing here held the model's last piece
     // back by the writeback of the whole file (~0.6 s for 8 agents x 256 MiB on one disk).
     if (this.options.finalDir === undefined || state.final) return;
-    await state.handle.datasync();
     const file = this.map.manifest.files[fileIndex];
     if (file === undefined) return;
-    const target = await pathWithoutSymlinks(this.options.finalDir, file.path);
-    await mkdir(dirname(target), { recursive: true });
-    const existing = await stat(target).catch(() => undefined);
-    if (existing?.isDirectory() === true) {
-      throw new WeightcastError(
-        'PULL_DESTINATION_CONFLICT',
-        `${target} is a directory, but the model has a file there`,
-        {
-          file: target,
-        },
-      );
-    }
-    await rename(join(this.options.dataDir, file.path), target);
+    await state.writeback.settled();
+    await moveToFinalName(
+      state.handle,
+      join(this.options.dataDir, file.path),
+      this.options.finalDir,
+      file.path,
+    );
     state.final = true;
   }
 }
@@ -518,16 +492,7 @@ async function openFile(
     await handle.close();
     throw error;
   }
-  return { handle, remaining: file.pieces.length, final: atFinal, unflushed: 0 };
-}
-
-async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
-  let done = 0;
-  while (done < bytes.length) {
-    const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, position + done);
-    if (bytesWritten <= 0) throw new WeightcastError('IO', 'write made no progress');
-    done += bytesWritten;
-  }
+  return { handle, remaining: file.pieces.length, final: atFinal, writeback: new Writeback(() => handle) };
 }
 
 async function readFully(handle: FileHandle, target: Uint8Array, position: number): Promise<void> {

@@ -5,16 +5,17 @@
  * hashed again, so the source must be one nobody else writes: the agent's own cache.
  *
  * Every file is made under a partial name in `DIR/.weightcast/place/`, synced, then renamed to its
- * final name, so a file under its final name is always complete.
+ * final name (final-file.ts, as the pull does), so a file under its final name is always complete.
  */
 
 import { constants } from 'node:fs';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
-import { copyFile, link, mkdir, open, rename, rm, rmdir, stat } from 'node:fs/promises';
+import { copyFile, link, mkdir, open, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeightcastError, abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME } from './pull.js';
+import { moveToFinalName } from '../piece/final-file.js';
 
 /** How a file reached its destination. */
 export type PlaceMethod = 'reflink' | 'copy' | 'link';
@@ -68,9 +69,13 @@ export async function placeFiles(
     await mkdir(dirname(partial), { recursive: true });
     await rm(partial, { force: true });
     const method = await placeOne(join(from, file.path), partial, options.mode ?? 'copy');
-    if (method !== 'link') await syncFile(partial);
-    await mkdir(dirname(target), { recursive: true });
-    await rename(partial, target);
+    // A copy is synced before its rename; a hard link shares the cache's blocks as they are.
+    const handle = method === 'link' ? undefined : await open(partial, 'r+');
+    try {
+      await moveToFinalName(handle, partial, to, file.path);
+    } finally {
+      await handle?.close();
+    }
     methods[method]++;
     bytes += file.size;
   }
@@ -102,15 +107,6 @@ async function placeOne(source: string, partial: string, mode: 'copy' | 'link'):
     return 'copy';
   } catch (error) {
     throw ioError(error, source);
-  }
-}
-
-async function syncFile(path: string): Promise<void> {
-  const handle = await open(path, 'r+');
-  try {
-    await handle.datasync();
-  } finally {
-    await handle.close();
   }
 }
 

@@ -14,7 +14,7 @@
  */
 
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { WeightcastError, abortError, asIoError, isWeightcastError } from '../errors.js';
@@ -36,6 +36,7 @@ import { assertSafeRelativePath } from '../util/safe-path.js';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
 import { JournalWriter, bootId, readJournal, type JournalRecord } from '../piece/journal.js';
+import { moveToFinalName, Writeback, writeFully } from '../piece/final-file.js';
 
 export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const PIECE_RETRIES_DEFAULT = 3;
@@ -105,10 +106,8 @@ interface FileWork {
   verified: Array<string | undefined>;
   remaining: number;
   handle?: Promise<FileHandle>;
-  /** Bytes written since the last background flush started. */
-  unflushedBytes: number;
-  /** A background datasync in progress, if any. */
-  flushing?: Promise<void>;
+  /** Background flushes of its partial file (final-file.ts); set with the handle. */
+  writeback?: Writeback;
   done: boolean;
 }
 
@@ -228,7 +227,6 @@ function newFileWork(
     expected,
     verified: new Array<string | undefined>(expected.length).fill(undefined),
     remaining: expected.length,
-    unflushedBytes: 0,
     done: false,
   };
 }
@@ -522,7 +520,8 @@ async function fetchPiece(
     );
     context.counters.bytesFetched += length;
     if (written) {
-      startWriteback(state, file, length);
+      file.writeback ??= new Writeback(() => partialHandle(state, file));
+      file.writeback.wrote(length, file.remaining <= 1);
       await context.journal.append({ file: file.index, piece, digest });
       file.verified[piece] = digest;
       file.remaining--;
@@ -572,38 +571,13 @@ async function transferPiece(
   return { digest: hashed.digest, written };
 }
 
-/** A file's written pieces are flushed to disk in the background every this many bytes. */
-const WRITEBACK_BYTES = 64 * 1024 * 1024;
-
-/**
- * Starts flushing a partial file to disk in the background once enough has been written, so the
- * disk works while the network does and the fsync before the file's rename has little left to do.
- * Errors are left to that final fsync, which reports them.
- */
-function startWriteback(state: PullState, file: FileWork, bytes: number): void {
-  file.unflushedBytes += bytes;
-  if (file.unflushedBytes < WRITEBACK_BYTES || file.flushing !== undefined || file.remaining === 0) return;
-  file.unflushedBytes = 0;
-  file.flushing = partialHandle(state, file)
-    .then((handle) => handle.datasync())
-    .catch(() => undefined)
-    .finally(() => {
-      delete file.flushing;
-    });
-}
-
 async function writePiece(
   state: PullState,
   file: FileWork,
   position: number,
   bytes: Uint8Array,
 ): Promise<void> {
-  const handle = await partialHandle(state, file);
-  let written = 0;
-  while (written < bytes.length) {
-    const result = await handle.write(bytes, written, bytes.length - written, position + written);
-    written += result.bytesWritten;
-  }
+  await writeFully(await partialHandle(state, file), bytes, position);
 }
 
 function partialHandle(state: PullState, file: FileWork): Promise<FileHandle> {
@@ -626,41 +600,18 @@ async function finishFile(state: PullState, file: FileWork, options: PullOptions
   if (file.done) return;
   file.done = true;
   const handle = await partialHandle(state, file);
-  await file.flushing;
-  await handle.datasync();
+  await file.writeback?.settled();
+  await moveToFinalName(handle, join(state.partialDir, file.path), state.dest, file.path);
   await handle.close();
   delete file.handle;
-  const finalPath = await pathWithoutSymlinks(state.dest, file.path);
-  await mkdir(dirname(finalPath), { recursive: true });
-  const existing = await stat(finalPath).catch(() => undefined);
-  if (existing?.isDirectory() === true) {
-    throw new WeightcastError(
-      'PULL_DESTINATION_CONFLICT',
-      `${finalPath} is a directory, but the model has a file there`,
-      {
-        file: file.path,
-      },
-    );
-  }
-  await rename(join(state.partialDir, file.path), finalPath);
-  await syncDirectory(dirname(finalPath));
   options.onEvent?.({ type: 'file-complete', path: file.path, size: file.size });
-}
-
-async function syncDirectory(path: string): Promise<void> {
-  const handle = await open(path, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 async function closeHandles(state: PullState): Promise<void> {
   for (const file of state.files) {
     const pending = file.handle;
     delete file.handle;
-    await file.flushing;
+    await file.writeback?.settled();
     if (pending) await pending.then((h) => h.close()).catch(() => undefined);
   }
 }
