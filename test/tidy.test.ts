@@ -69,6 +69,7 @@ const PURE = [
   'synth/tokenizer.ts',
   'util/json-document.ts',
   'util/safe-path.ts',
+  'util/schema.ts',
   'util/text-table.ts',
   'util/units.ts',
 ];

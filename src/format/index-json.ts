@@ -5,7 +5,7 @@
  * the output is byte-for-byte deterministic. Pure: the file I/O is in index-json-file.ts.
  */
 
-import { z } from 'zod';
+import * as s from '../util/schema.js';
 import { WeightcastError } from '../errors.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 
@@ -18,9 +18,9 @@ export interface SafetensorsIndex {
   weightMap: Map<string, string>;
 }
 
-const indexSchema = z.object({
-  metadata: z.record(z.string(), z.unknown()).optional(),
-  weight_map: z.record(z.string(), z.string()),
+const indexSchema = s.object({
+  metadata: s.optional(s.record(s.unknown())),
+  weight_map: s.record(s.string()),
 });
 
 export function parseIndexJson(text: string, file: string): SafetensorsIndex {
@@ -35,11 +35,15 @@ export function parseIndexJson(text: string, file: string): SafetensorsIndex {
   } catch (error) {
     throw new WeightcastError('INDEX_INVALID', `${file}: not valid JSON`, { file }, { cause: error });
   }
-  const parsed = indexSchema.safeParse(raw);
+  const parsed = s.safeParse(indexSchema, raw);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue === undefined ? '' : ` at ${issue.path.join('.')}: ${issue.message}`;
-    throw new WeightcastError('INDEX_INVALID', `${file}: not a safetensors index${where}`, { file });
+    throw new WeightcastError(
+      'INDEX_INVALID',
+      `${file}: not a safetensors index at ${parsed.issue.message}`,
+      {
+        file,
+      },
+    );
   }
   const weightMap = new Map<string, string>();
   for (const [tensor, shard] of Object.entries(parsed.data.weight_map)) {

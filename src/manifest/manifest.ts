@@ -11,10 +11,10 @@
 
 import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import { z } from 'zod';
+import * as s from '../util/schema.js';
 import { WeightcastError } from '../errors.js';
 import { DTYPES, type Dtype } from '../format/dtype.js';
-import { parseJsonDocument } from '../util/json-document.js';
+import { parseJsonDocument, schemaCheck } from '../util/json-document.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 import { merkleRoot } from './merkle.js';
 
@@ -125,31 +125,31 @@ export function manifestDigest(manifest: Manifest): string {
   return 'sha256:' + createHash('sha256').update(encodeManifest(manifest)).digest('hex');
 }
 
-const hexDigest = z.string().regex(/^[0-9a-f]{64}$/, 'expected 64 lowercase hex digits');
-const byteCount = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+const hexDigest = s.string({ pattern: [/^[0-9a-f]{64}$/, 'expected 64 lowercase hex digits'] });
+const byteCount = s.count();
 
-const tensorSchema = z.object({
-  name: z.string().min(1).max(4096),
-  dtype: z.enum(DTYPES as [Dtype, ...Dtype[]]),
-  shape: z.array(byteCount).max(64),
+const tensorSchema = s.object({
+  name: s.string({ min: 1, max: 4096 }),
+  dtype: s.oneOf(DTYPES),
+  shape: s.array(byteCount, { max: 64 }),
   start: byteCount,
   end: byteCount,
 });
 
-const fileSchema = z.object({
-  path: z.string(),
+const fileSchema = s.object({
+  path: s.string(),
   size: byteCount,
-  sha256: hexDigest.optional(),
+  sha256: s.optional(hexDigest),
   merkleRoot: hexDigest,
-  pieces: z.array(hexDigest),
-  tensors: z.array(tensorSchema).optional(),
+  pieces: s.array(hexDigest),
+  tensors: s.optional(s.array(tensorSchema)),
 });
 
-const manifestSchema = z.object({
-  format: z.literal(MANIFEST_FORMAT),
-  version: z.literal(MANIFEST_VERSION),
-  pieceSize: z.number().int().min(PIECE_SIZE_MIN).max(PIECE_SIZE_MAX),
-  files: z.array(fileSchema).max(FILES_MAX),
+const manifestSchema = s.object({
+  format: s.literal(MANIFEST_FORMAT),
+  version: s.literal(MANIFEST_VERSION),
+  pieceSize: s.number({ int: true, min: PIECE_SIZE_MIN, max: PIECE_SIZE_MAX }),
+  files: s.array(fileSchema, { max: FILES_MAX }),
 });
 
 function invalid(source: string, message: string, details: Record<string, unknown> = {}): WeightcastError {
@@ -211,7 +211,7 @@ function checkPathsDistinct(source: string, files: readonly ManifestFile[]): voi
 }
 
 export function parseManifest(bytes: Buffer | string, source: string): Manifest {
-  const body = parseJsonDocument(bytes, source, manifestSchema, {
+  const body = parseJsonDocument(bytes, source, schemaCheck(manifestSchema), {
     name: 'manifest',
     bytesMax: MANIFEST_BYTES_MAX,
     tooLargeCode: 'MANIFEST_TOO_LARGE',

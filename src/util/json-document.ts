@@ -1,11 +1,12 @@
 /**
- * Parsing a JSON document from outside against a zod schema, with typed errors that name the source:
- * too large, not JSON, or not the document it should be (the first schema issue and where it is).
- * Shared by the model manifest and the plan manifest; each then checks what a schema cannot.
+ * Parsing a JSON document from outside against a schema, with typed errors that name the source:
+ * too large, not JSON, or not the document it should be (the first problem and where it is).
+ * Shared by the model manifest (util/schema.ts) and the plan manifest (zod); each then checks what
+ * a schema cannot.
  */
 
-import type { z } from 'zod';
 import { WeightcastError, type ErrorCode } from '../errors.js';
+import { safeParse, type Schema } from './schema.js';
 
 export interface JsonDocumentKind {
   /** What the document is, for messages: "manifest", "plan manifest". */
@@ -17,12 +18,23 @@ export interface JsonDocumentKind {
   invalidCode: ErrorCode;
 }
 
-export function parseJsonDocument<Schema extends z.ZodTypeAny>(
+/** Checks a parsed document: its value, or where it is wrong and how ("files.0.size: ..."). */
+export type DocumentCheck<T> = (raw: unknown) => { ok: true; value: T } | { ok: false; where: string };
+
+/** The check of a util/schema.ts schema. */
+export function schemaCheck<T>(schema: Schema<T>): DocumentCheck<T> {
+  return (raw) => {
+    const parsed = safeParse(schema, raw);
+    return parsed.success ? { ok: true, value: parsed.data } : { ok: false, where: parsed.issue.message };
+  };
+}
+
+export function parseJsonDocument<T>(
   bytes: Buffer | string,
   source: string,
-  schema: Schema,
+  check: DocumentCheck<T>,
   kind: JsonDocumentKind,
-): z.infer<Schema> {
+): T {
   if (bytes.length > kind.bytesMax) {
     throw new WeightcastError(kind.tooLargeCode, `${source}: ${kind.name} exceeds ${kind.bytesMax} bytes`, {
       file: source,
@@ -39,13 +51,15 @@ export function parseJsonDocument<Schema extends z.ZodTypeAny>(
       { cause: error },
     );
   }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue === undefined ? '' : ` at ${issue.path.join('.') || '(root)'}: ${issue.message}`;
-    throw new WeightcastError(kind.invalidCode, `${source}: not a weightcast ${kind.name}${where}`, {
-      file: source,
-    });
+  const parsed = check(raw);
+  if (!parsed.ok) {
+    throw new WeightcastError(
+      kind.invalidCode,
+      `${source}: not a weightcast ${kind.name} at ${parsed.where}`,
+      {
+        file: source,
+      },
+    );
   }
-  return parsed.data;
+  return parsed.value;
 }

@@ -1,7 +1,8 @@
 /**
  * The CLI loads only what a command needs: help, and a command stopped by its own flags, read the
  * definitions in src/cli/definitions and never the implementations in src/cli/commands (the swarm,
- * the loader, the seed tier, zod, undici); a swarm agent starts without undici or the seed tier.
+ * the loader, the seed tier, zod, undici); a swarm agent starts without undici, zod (its wire
+ * checks are util/schema.ts: zod cost ~0.1 CPU-s per cold start) or the seed tier.
  * Checked on the real process through a module-load hook, by what is loaded rather than by how long
  * it takes.
  */
@@ -97,7 +98,7 @@ for (const argv of [
   });
 }
 
-test('a swarm agent listens without loading undici or the seed tier', async () => {
+test('a swarm agent listens without loading undici, zod or the seed tier', async () => {
   const dir = await tempDir('lazy-load-agent');
   try {
     const log = join(dir.path, 'modules.log');
@@ -138,7 +139,10 @@ test('a swarm agent listens without loading undici or the seed tier', async () =
     assert.ok(loaded.some((url) => sourcePath(url) === 'swarm/agent/agent.js'));
     assert.deepEqual(
       loaded.filter(
-        (url) => packageOf(url) === 'undici' || sourcePath(url)?.startsWith('seed/node/') === true,
+        (url) =>
+          packageOf(url) === 'undici' ||
+          packageOf(url) === 'zod' ||
+          sourcePath(url)?.startsWith('seed/node/') === true,
       ),
       [],
     );

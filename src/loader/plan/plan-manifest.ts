@@ -13,7 +13,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { z } from 'zod';
 import { WeightcastError, assert } from '../../errors.js';
 import { DTYPES, DTYPE_BITS, elementCount, type Dtype } from '../../format/dtype.js';
-import { parseJsonDocument } from '../../util/json-document.js';
+import { parseJsonDocument, type DocumentCheck } from '../../util/json-document.js';
 import { safeRelativePathProblem } from '../../util/safe-path.js';
 import { sliceShape } from './byte-ranges.js';
 import { PLAN_ARCHITECTURES, type ParallelPlan, type PlanArchitecture, type TensorSlice } from './types.js';
@@ -185,7 +185,7 @@ function invalid(source: string, message: string, details: Record<string, unknow
 
 /** Parses a plan manifest from outside: schema first, then every rank, file and slice cross-checked. */
 export function parsePlanManifest(bytes: Buffer | string, source: string): PlanManifest {
-  const body = parseJsonDocument(bytes, source, manifestSchema, {
+  const body = parseJsonDocument(bytes, source, zodCheck(manifestSchema), {
     name: 'plan manifest',
     bytesMax: PLAN_MANIFEST_BYTES_MAX,
     tooLargeCode: 'PLAN_MANIFEST_INVALID',
@@ -206,6 +206,19 @@ export function parsePlanManifest(bytes: Buffer | string, source: string): PlanM
   };
   checkManifest(source, manifest);
   return manifest;
+}
+
+/** The plan manifest keeps zod (strict objects, unions): its check for parseJsonDocument. */
+function zodCheck<T>(schema: z.ZodType<T>): DocumentCheck<T> {
+  return (raw) => {
+    const parsed = schema.safeParse(raw);
+    if (parsed.success) return { ok: true, value: parsed.data };
+    const issue = parsed.error.issues[0];
+    return {
+      ok: false,
+      where: issue === undefined ? '(root)' : `${issue.path.join('.') || '(root)'}: ${issue.message}`,
+    };
+  };
 }
 
 function toSlice(slice: z.infer<typeof sliceSchema> | null): TensorSlice | null {

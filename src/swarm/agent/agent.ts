@@ -25,7 +25,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve, sep } from 'node:path';
-import { z } from 'zod';
+import * as s from '../../util/schema.js';
 import { Gate, type Role, type ServiceCredentials } from '../../auth/gate.js';
 import {
   assertListenAllowed,
@@ -182,14 +182,20 @@ const UPLOAD_CHUNK_BYTES = 256 * 1024;
 /** How long a request (head and body) may take to arrive. */
 const REQUEST_TIMEOUT_MS = 30_000;
 
-const joinSchema = z.object({
-  source: z.string().min(1).max(4096),
+const absolutePath = s.string({ min: 1, max: 4096, refine: [isAbsolute, 'must be an absolute path'] });
+
+const joinSchema = s.object({
+  source: s.string({ min: 1, max: 4096 }),
   /** Canonical manifest JSON. */
-  manifest: z.string().min(2),
-  token: z.string().max(8192).optional(),
+  manifest: s.string({ min: 2 }),
+  token: s.optional(s.string({ max: 8192 })),
   /** The destination directory, absolute. */
-  to: z.string().min(1).max(4096).refine(isAbsolute, 'must be an absolute path').optional(),
+  to: s.optional(absolutePath),
 });
+
+/** What a model's folder in the cache records of its join, to resume it after a restart. */
+const savedJobSchema = s.object({ source: s.string(), to: s.optional(absolutePath) });
+const savedNameSchema = s.object({ name: s.string({ min: 1 }) });
 
 /** Where a join with a destination keeps its partial files: inside the destination, one rename away. */
 export const AGENT_PARTIAL_DIR = join('.weightcast', 'agent');
@@ -474,9 +480,7 @@ export class Agent {
       if (!/^[0-9a-f]{64}$/.test(name)) continue;
       const dir = join(this.options.cacheDir, name);
       try {
-        const job = z
-          .object({ source: z.string(), to: z.string().refine(isAbsolute).optional() })
-          .parse(JSON.parse(await readFile(join(dir, 'job.json'), 'utf8')));
+        const job = savedJobSchema.check(JSON.parse(await readFile(join(dir, 'job.json'), 'utf8')), ['job']);
         const manifestPath = join(dir, 'manifest.json');
         const manifest = parseManifest(await readFile(manifestPath), manifestPath);
         if (manifestDigest(manifest) !== `sha256:${name}`)
@@ -504,7 +508,7 @@ export class Agent {
   private async loadName(): Promise<string> {
     const path = join(this.options.cacheDir, 'agent.json');
     try {
-      const saved = z.object({ name: z.string().min(1) }).parse(JSON.parse(await readFile(path, 'utf8')));
+      const saved = savedNameSchema.check(JSON.parse(await readFile(path, 'utf8')), ['agent']);
       return saved.name;
     } catch {
       const name = `${hostname()}-${randomBytes(4).toString('hex')}`;

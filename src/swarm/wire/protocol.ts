@@ -1,7 +1,7 @@
 /**
  * The swarm's wire protocol, one place for every message that crosses a socket: agent <-> scheduler
- * (register, sync, leave) and agent <-> agent (pieces, have-maps). Bodies are JSON, checked with zod
- * on arrival because they come from other machines; piece bodies are raw bytes.
+ * (register, sync, leave) and agent <-> agent (pieces, have-maps). Bodies are JSON, checked on arrival
+ * (util/schema.ts) because they come from other machines; piece bodies are raw bytes.
  *
  * Scheduler API (JSON):
  *   POST   /v1/swarms/:model/hosts            Register   -> Registered  (409 SWARM_UNKNOWN_MODEL: send the manifest;
@@ -23,7 +23,7 @@
  * `:model` is the manifest digest's hex (64 characters); pieces are global indices (see PieceMap).
  */
 
-import { z } from 'zod';
+import * as s from '../../util/schema.js';
 import { WeightcastError } from '../../errors.js';
 
 import { JSON_BODY_BYTES_MAX } from './limits.js';
@@ -34,124 +34,128 @@ export const SYNC_ITEMS_MAX = 4096;
 /** Longest a sync may wait for work before it answers empty (it doubles as the heartbeat). */
 export const SYNC_WAIT_MS_MAX = 30_000;
 
-export const modelHex = z.string().regex(/^[0-9a-f]{64}$/, 'expected the manifest digest as 64 hex digits');
+export const modelHex = s.string({
+  pattern: [/^[0-9a-f]{64}$/, 'expected the manifest digest as 64 hex digits'],
+});
 
-const rate = z.number().finite().positive().max(1e13);
-const label = z.string().min(1).max(128);
+const rate = s.number({ positive: true, max: 1e13 });
+const label = s.string({ min: 1, max: 128 });
+const id = s.count();
 
-export const registerSchema = z.object({
+export const registerSchema = s.object({
   /** Stable name of the agent (survives restarts), for logs and status. */
-  name: z.string().min(1).max(256),
+  name: s.string({ min: 1, max: 256 }),
   /** Base URL where peers fetch pieces from this host, e.g. http://10.0.0.2:7100. */
-  url: z.string().url().max(2048),
-  zone: label.optional(),
-  rack: label.optional(),
+  url: s.string({ url: true, max: 2048 }),
+  zone: s.optional(label),
+  rack: s.optional(label),
   uploadBytesPerSecond: rate,
   downloadBytesPerSecond: rate,
   /** Verified pieces already held: a base64 bitfield (see encodeBitfield). */
-  have: z.string().max(64 * 1024 * 1024),
+  have: s.string({ max: 64 * 1024 * 1024 }),
   /** The canonical manifest bytes (utf8 JSON), needed the first time the scheduler sees the model. */
-  manifest: z.string().max(JSON_BODY_BYTES_MAX).optional(),
+  manifest: s.optional(s.string({ max: JSON_BODY_BYTES_MAX })),
   /**
    * The agent runs the assignments listed in the reply (Registered.assignments) and reports them
    * on its channel: its first transfers start a round trip sooner. Without it they wait for the
    * channel, as before, so an older agent loses nothing.
    */
-  assignmentsInReply: z.boolean().optional(),
+  assignmentsInReply: s.optional(s.boolean()),
 });
-export type Register = z.infer<typeof registerSchema>;
+export type Register = s.Infer<typeof registerSchema>;
 
-export const outcomeSchema = z.enum(['verified', 'corrupt', 'failed', 'cancelled']);
+export const outcomeSchema = s.oneOf(['verified', 'corrupt', 'failed', 'cancelled']);
 
-export const reportSchema = z.object({
-  transferId: z.number().int().nonnegative(),
+export const reportSchema = s.object({
+  transferId: id,
   outcome: outcomeSchema,
-  bytesPerSecond: z.number().finite().nonnegative().optional(),
+  bytesPerSecond: s.optional(s.number({ min: 0 })),
 });
-export type Report = z.infer<typeof reportSchema>;
+export type Report = s.Infer<typeof reportSchema>;
 
-export const syncSchema = z.object({
-  reports: z.array(reportSchema).max(SYNC_ITEMS_MAX),
+export const syncSchema = s.object({
+  reports: s.array(reportSchema, { max: SYNC_ITEMS_MAX }),
   /** Pieces that should come first because a reader is waiting on them. */
-  urgent: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX).optional(),
+  urgent: s.optional(s.array(id, { max: SYNC_ITEMS_MAX })),
   /**
    * Transfers about to finish (pipelining): the scheduler may plan this host's next download, and
    * the parent's next upload, now, so the next request starts as this one ends.
    */
-  ending: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX).optional(),
+  ending: s.optional(s.array(id, { max: SYNC_ITEMS_MAX })),
   /** How long the scheduler may hold the request when it has nothing to say. */
-  waitMs: z.number().int().nonnegative().max(SYNC_WAIT_MS_MAX),
+  waitMs: s.count(SYNC_WAIT_MS_MAX),
 });
-export type Sync = z.infer<typeof syncSchema>;
+export type Sync = s.Infer<typeof syncSchema>;
 
-export const assignmentSchema = z.object({
-  transferId: z.number().int().nonnegative(),
-  piece: z.number().int().nonnegative(),
+export const assignmentSchema = s.object({
+  transferId: id,
+  piece: id,
   /** Where to fetch: "origin", or a peer's base URL. */
-  from: z.string().max(2048),
+  from: s.string({ max: 2048 }),
   /** The peer's host id, absent for the origin. */
-  peer: z.number().int().nonnegative().optional(),
-  hedge: z.boolean(),
+  peer: s.optional(id),
+  hedge: s.boolean(),
 });
-export type WireAssignment = z.infer<typeof assignmentSchema>;
+export type WireAssignment = s.Infer<typeof assignmentSchema>;
 
-export const registeredSchema = z.object({
-  host: z.number().int().nonnegative(),
-  pieceCount: z.number().int().nonnegative(),
+export const registeredSchema = s.object({
+  host: id,
+  pieceCount: id,
   /** How often the scheduler expects a sync before it drops the host. */
-  hostTimeoutMs: z.number().int().positive(),
+  hostTimeoutMs: s.number({ int: true, positive: true }),
   /** The host's first assignments, when the register asked for them (assignmentsInReply). */
-  assignments: z.array(assignmentSchema).max(SYNC_ITEMS_MAX).optional(),
+  assignments: s.optional(s.array(assignmentSchema, { max: SYNC_ITEMS_MAX })),
 });
-export type Registered = z.infer<typeof registeredSchema>;
+export type Registered = s.Infer<typeof registeredSchema>;
 
-export const syncReplySchema = z.object({
-  assignments: z.array(assignmentSchema).max(SYNC_ITEMS_MAX),
-  cancellations: z.array(z.number().int().nonnegative()).max(SYNC_ITEMS_MAX),
+export const syncReplySchema = s.object({
+  assignments: s.array(assignmentSchema, { max: SYNC_ITEMS_MAX }),
+  cancellations: s.array(id, { max: SYNC_ITEMS_MAX }),
   /** Peers this host may use on its own if the scheduler goes away: base URLs. */
-  peers: z.array(z.string().max(2048)).max(1024),
+  peers: s.array(s.string({ max: 2048 }), { max: 1024 }),
 });
-export type SyncReply = z.infer<typeof syncReplySchema>;
+export type SyncReply = s.Infer<typeof syncReplySchema>;
 
-export const swarmStatusSchema = z.object({
+const integer = s.number({ int: true });
+const amount = s.number();
+
+export const swarmStatusSchema = s.object({
   model: modelHex,
-  pieceCount: z.number().int(),
-  totalBytes: z.number(),
-  hosts: z.array(
-    z.object({
-      host: z.number().int(),
-      name: z.string(),
-      url: z.string(),
-      held: z.number().int(),
-      complete: z.boolean(),
-      demoted: z.boolean(),
-      banned: z.boolean(),
+  pieceCount: integer,
+  totalBytes: amount,
+  hosts: s.array(
+    s.object({
+      host: integer,
+      name: s.string(),
+      url: s.string(),
+      held: integer,
+      complete: s.boolean(),
+      demoted: s.boolean(),
+      banned: s.boolean(),
     }),
   ),
-  originBytesAssigned: z.number(),
+  originBytesAssigned: amount,
   /** Transfers assigned and not yet reported, and how many of them read the origin. */
-  transfersInFlight: z.number(),
-  originTransfersInFlight: z.number(),
-  transfersVerified: z.number(),
-  transfersCorrupt: z.number(),
-  transfersFailed: z.number(),
+  transfersInFlight: amount,
+  originTransfersInFlight: amount,
+  transfersVerified: amount,
+  transfersCorrupt: amount,
+  transfersFailed: amount,
   /** Re-checks of suspected pieces by a third host: started, refuting the report, confirming it. */
-  rechecks: z.object({ started: z.number(), refuted: z.number(), confirmed: z.number() }),
+  rechecks: s.object({ started: amount, refuted: amount, confirmed: amount }),
 });
-export type SwarmStatus = z.infer<typeof swarmStatusSchema>;
+export type SwarmStatus = s.Infer<typeof swarmStatusSchema>;
 
-export const haveSchema = z.object({ pieceCount: z.number().int().nonnegative(), have: z.string() });
-export type Have = z.infer<typeof haveSchema>;
+export const haveSchema = s.object({ pieceCount: id, have: s.string() });
+export type Have = s.Infer<typeof haveSchema>;
 
-export const errorBodySchema = z.object({ code: z.string(), message: z.string() });
+export const errorBodySchema = s.object({ code: s.string(), message: s.string() });
 
 /** Parses an external message or throws SWARM_PROTOCOL naming what was wrong. */
-export function parseMessage<T>(schema: z.ZodType<T>, raw: unknown, what: string): T {
-  const parsed = schema.safeParse(raw);
+export function parseMessage<T>(schema: s.Schema<T>, raw: unknown, what: string): T {
+  const parsed = s.safeParse(schema, raw);
   if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  const where = issue === undefined ? '' : ` at ${issue.path.join('.') || '(root)'}: ${issue.message}`;
-  throw new WeightcastError('SWARM_PROTOCOL', `malformed ${what}${where}`);
+  throw new WeightcastError('SWARM_PROTOCOL', `malformed ${what} at ${parsed.issue.message}`);
 }
 
 /** Bit i of the bitfield is piece i; byte i >> 3, least significant bit first. */

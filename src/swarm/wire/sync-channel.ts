@@ -20,6 +20,7 @@ import { authHeaders, httpsAgentOf, untrustedCertificate, type ServiceAccess } f
 import { WeightcastError } from '../../errors.js';
 import { remoteError } from './http-json.js';
 import { errorBodySchema } from './protocol.js';
+import { safeParse } from '../../util/schema.js';
 
 export const CHANNEL_PROTOCOL = 'weightcast-sync';
 /** Largest frame either side accepts (a sync reply with the most assignments is far below it). */
@@ -84,7 +85,7 @@ export function errorFrame(error: unknown): string {
 /** A frame that is an error report from the other side, as the error to throw; else undefined. */
 export function frameError(frame: unknown, what: string): WeightcastError | undefined {
   if (typeof frame !== 'object' || frame === null || !('error' in frame)) return undefined;
-  const parsed = errorBodySchema.safeParse(frame.error);
+  const parsed = safeParse(errorBodySchema, frame.error);
   if (!parsed.success) return new WeightcastError('SWARM_PROTOCOL', `${what} sent a malformed error frame`);
   return remoteError(parsed.data, what);
 }
@@ -145,7 +146,7 @@ export function openChannel(
           `the scheduler answered HTTP ${res.statusCode ?? '?'} instead of opening a channel`,
         );
         try {
-          const body = errorBodySchema.safeParse(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+          const body = safeParse(errorBodySchema, JSON.parse(Buffer.concat(chunks).toString('utf8')));
           if (body.success) error = remoteError(body.data, 'the scheduler', { url });
         } catch {
           // Not JSON: the generic error stands.
