@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
+import { request as httpsRequest } from 'node:https';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { ServiceAccess } from '../../src/auth/transport.js';
@@ -18,6 +20,7 @@ import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
 import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import { startFileServer } from '../../src/origin/file-server.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { PeerWireClient } from '../../src/swarm/agent/peer-wire-client.js';
@@ -232,6 +235,49 @@ describe(
         assert.match(untrusted.err, /TLS_UNTRUSTED.*--tls-ca/);
       } finally {
         await stopProcess(served);
+      }
+    });
+
+    it('over TLS one client address still cannot hold every connection (closed before the handshake)', async () => {
+      const server = await startFileServer({
+        root: modelDir,
+        tls: { cert: serverCert.cert, key: serverCert.key },
+        limits: { connectionsPerAddressMax: 4 },
+      });
+      const sockets: Socket[] = [];
+      try {
+        const port = server.port;
+        const closed: Array<Promise<void>> = [];
+        for (let i = 0; i < 10; i++) {
+          const socket = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.2' });
+          sockets.push(socket);
+          closed.push(new Promise((resolve) => socket.once('close', () => resolve())));
+          socket.on('error', () => undefined);
+          await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+        }
+        const settled = await Promise.race([
+          Promise.all(closed.slice(4)).then(() => true),
+          new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 5000)),
+        ]);
+        assert.ok(settled, 'connections over the cap were not closed');
+        assert.equal(sockets.slice(0, 4).filter((socket) => socket.destroyed).length, 0);
+        // Another address is served over TLS meanwhile.
+        const status = await new Promise<number>((resolve, reject) => {
+          const req = httpsRequest(
+            `${server.url}config.json`,
+            { ca: ca.ca, localAddress: '127.0.0.1', timeout: 5000 },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
+          req.on('error', reject);
+          req.end();
+        });
+        assert.equal(status, 200);
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await server.close();
       }
     });
 
