@@ -60,6 +60,7 @@ import { userPullArgv } from './netns/commands.js';
 import { log, spawnLogged, START_TIMEOUT_MS } from './netns/leg-runtime.js';
 import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { lowerBoundSeconds } from './netns/report.js';
+import { optionsOrExitCode } from './netns/options.js';
 import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
 
 const run = promisify(execFile);
@@ -441,19 +442,13 @@ function notes(mode: HostSet['mode']): string[] {
 }
 
 async function main(argv: readonly string[]): Promise<number> {
-  let options: ChaosOptions;
-  try {
-    const parsed = parseChaosOptions(argv, tmpdir());
-    if (parsed === 'help') {
-      process.stdout.write(`${CHAOS_USAGE}\n`);
-      return 0;
-    }
-    options = parsed;
-  } catch (error) {
-    if (!(error instanceof ChaosUsageError) && !(error instanceof TypeError)) throw error;
-    log(`bench:chaos: ${error.message}\n${CHAOS_USAGE}`);
-    return 2;
-  }
+  const options = optionsOrExitCode(
+    () => parseChaosOptions(argv, tmpdir()),
+    CHAOS_USAGE,
+    'bench:chaos',
+    (error) => error instanceof ChaosUsageError,
+  );
+  if ('exitCode' in options) return options.exitCode;
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
   const modeNote =
     problem === undefined

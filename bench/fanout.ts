@@ -69,7 +69,14 @@ import {
   type LegContext,
   type Model,
 } from './netns/leg-runtime.js';
-import { parseOptions, schedulingFlags, UsageError, USAGE, type Options } from './netns/options.js';
+import {
+  optionsOrExitCode,
+  parseOptions,
+  schedulingFlags,
+  UsageError,
+  USAGE,
+  type Options,
+} from './netns/options.js';
 import { tcpPayloadShare, testbedTag } from './netns/plan.js';
 import {
   chainFluidSeconds,
@@ -878,19 +885,13 @@ function printNotes(report: Report): void {
 }
 
 async function main(argv: readonly string[]): Promise<number> {
-  let options: Options;
-  try {
-    const parsed = parseOptions(argv, tmpdir());
-    if (parsed === 'help') {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
-    options = parsed;
-  } catch (error) {
-    if (!(error instanceof UsageError) && !(error instanceof TypeError)) throw error;
-    log(`bench:fanout: ${error.message}\n${USAGE}`);
-    return 2;
-  }
+  const options = optionsOrExitCode(
+    () => parseOptions(argv, tmpdir()),
+    USAGE,
+    'bench:fanout',
+    (error) => error instanceof UsageError,
+  );
+  if ('exitCode' in options) return options.exitCode;
   const problem = options.loopback ? 'forced by --loopback' : await netnsProblem();
   ensureClusterTokens();
   const modeNote =

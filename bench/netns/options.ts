@@ -57,6 +57,28 @@ export class UsageError extends Error {
   override name = 'UsageError';
 }
 
+/**
+ * A benchmark's flags, parsed: its options, or the exit code once the help (0) or a usage error
+ * (2, with the usage) is printed. `isUsageError` tells the benchmark's own usage errors.
+ */
+export function optionsOrExitCode<T>(
+  parse: () => T | 'help',
+  usage: string,
+  name: string,
+  isUsageError: (error: unknown) => boolean,
+): T | { exitCode: number } {
+  try {
+    const parsed = parse();
+    if (parsed !== 'help') return parsed;
+    process.stdout.write(`${usage}\n`);
+    return { exitCode: 0 };
+  } catch (error) {
+    if (!isUsageError(error) && !(error instanceof TypeError)) throw error;
+    process.stderr.write(`${name}: ${(error as Error).message}\n${usage}\n`);
+    return { exitCode: 2 };
+  }
+}
+
 export const USAGE = [
   'usage: npm run bench:fanout -- [flags]',
   '  --hosts N (8)  --size-mb S (256)  --mbps B (200)  --origin-mbps U (B)',
