@@ -23,6 +23,7 @@ export class SchemaIssue extends Error {
 }
 
 export interface Schema<T> {
+  /** `path` is where `value` sits, a stack the check may push to and must pop (no copies in the hot path). */
   check(value: unknown, path: Path): T;
   readonly optional?: boolean;
 }
@@ -45,8 +46,9 @@ export function safeParse<T>(schema: Schema<T>, value: unknown): SafeParse<T> {
   }
 }
 
+/** `path` is the checker's working stack (children push and pop their key): copied only on failure. */
 function fail(path: Path, problem: string): never {
-  throw new SchemaIssue(path, problem);
+  throw new SchemaIssue([...path], problem);
 }
 
 export interface StringRules {
@@ -141,7 +143,11 @@ export function array<T>(item: Schema<T>, rules: { max?: number } = {}): Schema<
       if (rules.max !== undefined && value.length > rules.max)
         fail(path, `too many items: at most ${rules.max}`);
       const out: T[] = new Array<T>(value.length);
-      for (let i = 0; i < value.length; i++) out[i] = item.check(value[i], [...path, i]);
+      for (let i = 0; i < value.length; i++) {
+        path.push(i);
+        out[i] = item.check(value[i], path);
+        path.pop();
+      }
       return out;
     },
   };
@@ -173,11 +179,11 @@ export function object<S extends Shape>(shape: S): Schema<ObjectOf<S>> {
       for (const key of keys) {
         const schema = shape[key]!;
         const present = Object.hasOwn(source, key) && source[key] !== undefined;
-        if (!present) {
-          if (schema.optional === true) continue;
-          fail([...path, key], 'required');
-        }
-        out[key] = schema.check(source[key], [...path, key]);
+        if (!present && schema.optional === true) continue;
+        path.push(key);
+        if (!present) fail(path, 'required');
+        out[key] = schema.check(source[key], path);
+        path.pop();
       }
       return out as ObjectOf<S>;
     },
@@ -195,7 +201,12 @@ export function record<T>(values: Schema<T>): Schema<Record<string, T>> {
     check(value, path) {
       if (typeof value !== 'object' || value === null || Array.isArray(value))
         fail(path, `expected an object, got ${kindOf(value)}`);
-      const entries = Object.entries(value).map(([key, item]) => [key, values.check(item, [...path, key])]);
+      const entries = Object.entries(value).map(([key, item]) => {
+        path.push(key);
+        const checked = values.check(item, path);
+        path.pop();
+        return [key, checked];
+      });
       return Object.fromEntries(entries) as Record<string, T>;
     },
   };
