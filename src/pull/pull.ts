@@ -110,8 +110,13 @@ interface PullState {
   /** The model's pieces; without a manifest its digests are placeholders the store learns. */
   map: PieceMap;
   store: PieceStore;
-  /** Files the store moved into place before the plan was announced: their events follow it. */
-  finishedEarly: number[] | undefined;
+  fileReports: FileReports;
+}
+
+/** Files the store moved into place before the plan was announced (their events follow it). */
+interface FileReports {
+  /** Undefined once the plan is out: reports become events at once. */
+  early: number[] | undefined;
 }
 
 export async function pull(origin: Origin, dest: string, options: PullOptions = {}): Promise<PullResult> {
@@ -144,10 +149,10 @@ async function preparePull(
   // Created only once the source has answered, so a bad source leaves no directory behind.
   await mkdir(partialDir, { recursive: true });
   const map = new PieceMap(model);
-  const finishedEarly: number[] = [];
-  const state: Omit<PullState, 'store'> = { dest, stateDir, partialDir, trust, manifest, map, finishedEarly };
+  // The store reports each file it moves into place; until the plan is out the reports wait.
+  const fileReports: FileReports = { early: [] };
   const onFileFinished = (index: number): void => {
-    if (state.finishedEarly !== undefined) state.finishedEarly.push(index);
+    if (fileReports.early !== undefined) fileReports.early.push(index);
     else fileComplete(map, index, options);
   };
   const store = await PieceStore.open(map, {
@@ -167,7 +172,7 @@ async function preparePull(
       reason: 'the partial download belongs to a different model or manifest',
     });
   }
-  return { ...state, store };
+  return { dest, stateDir, partialDir, trust, manifest, map, store, fileReports };
 }
 
 function fileComplete(map: PieceMap, index: number, options: PullOptions): void {
@@ -262,8 +267,8 @@ async function runPull(
     });
     // Files with nothing left to fetch (empty, or complete in the partial directory) were finished
     // when the store opened.
-    const early = state.finishedEarly ?? [];
-    state.finishedEarly = undefined;
+    const early = state.fileReports.early ?? [];
+    state.fileReports.early = undefined;
     for (const index of early) fileComplete(map, index, options);
     let next = 0;
     const lane = async (): Promise<void> => {
