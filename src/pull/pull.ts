@@ -166,12 +166,6 @@ async function preparePull(
     replaceMismatchedFinals: true,
     onFileFinished,
   });
-  if (store.stateDiscarded) {
-    options.onEvent?.({
-      type: 'state-discarded',
-      reason: 'the partial download belongs to a different model or manifest',
-    });
-  }
   return { dest, stateDir, partialDir, trust, manifest, map, store, fileReports };
 }
 
@@ -251,6 +245,12 @@ async function runPull(
   const counters = { bytesFetched: 0, piecesFetched: 0, piecesRejected: 0 };
   let failure: unknown;
   try {
+    if (store.stateDiscarded) {
+      options.onEvent?.({
+        type: 'state-discarded',
+        reason: 'the partial download belongs to a different model or manifest',
+      });
+    }
     const jobs: number[] = [];
     for (let piece = 0; piece < map.pieceCount; piece++) if (!store.has(piece)) jobs.push(piece);
     const lanes = laneCount(options, map.pieceSize, jobs.length);
