@@ -1,9 +1,9 @@
 /**
- * The last steps of a verified file, shared by every store that writes one for a user (the pull's
- * partial files, a PieceStore bound for a destination): its bytes flushed to disk in the background
- * while it fills (Writeback), then synced, renamed to its final name (never through a symlink, never
- * over a directory) and the rename made durable by syncing the directory. So a file under its final
- * name is always complete and verified, after a crash too.
+ * The last steps of a verified file, shared by everything that writes one for a user (a PieceStore
+ * bound for a destination, the pull's included, and placement): its bytes flushed to disk in the
+ * background while it fills (Writeback), then synced, renamed to its final name (never through a
+ * symlink, never over a directory) and the rename made durable by syncing the directory. So a file
+ * under its final name is always complete and verified, after a crash too.
  */
 
 import { mkdir, open, rename, stat, type FileHandle } from 'node:fs/promises';

@@ -11,8 +11,17 @@
  * steps as the pull's), so a file under its final name is always complete; its open handle keeps
  * serving peers after the rename. Without it nothing is synced (see finishFile).
  *
+ * Hashing by policy: `put` hashes inline, or takes the digest a caller's hash worker computed
+ * (`{ digest }`); `copyFrom` has a hash worker read a local file, hash it and write it at its offset
+ * only if the digest is the expected one. Either way the digest is compared with the reference here.
+ *
+ * Learning digests (`learnDigests`, a pull that trusts an origin without a manifest): the manifest's
+ * piece digests are unknown, each piece's digest is learnt as it is stored and journalled, and the
+ * journal is the reference on resume. Without it nothing unverified is written, counted or renamed.
+ *
  * Restart: within one boot the journal is trusted (a kill -9 loses no written bytes); after a reboot
- * journaled pieces are hashed again before they count.
+ * journaled pieces are hashed again before they count. State of another `identity` is discarded:
+ * its journal and its partial files.
  */
 
 import { mkdir, open, readFile, rm, rmdir, stat, writeFile, type FileHandle } from 'node:fs/promises';
@@ -22,10 +31,10 @@ import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../errors.js';
 import type { HashPool } from '../manifest/hash-pool.js';
-import { manifestDigest } from '../manifest/manifest.js';
+import { manifestDigest, type ManifestFile } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
-import { verifyPiece } from './verify.js';
+import { digestMatches, pieceDigest, verifyPiece } from './verify.js';
 import { moveToFinalName, Writeback, writeFully } from './final-file.js';
 
 export interface PieceStoreOptions {
@@ -38,9 +47,24 @@ export interface PieceStoreOptions {
    * final names) are hashed on this many worker threads, started only when there is such work: the
    * main thread stays free (an agent serves its other models meanwhile) and a large model is checked
    * on every core. 0 hashes them on the main thread. Default: the machine's cores less one, at least
-   * one. Pieces arriving later are hashed inline either way (verifyPiece).
+   * one. Pieces arriving later are hashed inline (verifyPiece) unless the caller hands in a digest.
    */
   hashThreads?: number;
+  /** Hash threads to use for that instead of starting `hashThreads` of its own (not closed here). */
+  hashPool?: HashPool;
+  /** What the state belongs to; other state is discarded. Default: the manifest's digest. */
+  identity?: string;
+  /** The state file's name in `stateDir`. Default: `store.json`. */
+  stateFileName?: string;
+  /** The manifest's piece digests are unknown: learn each from the bytes stored (see above). */
+  learnDigests?: boolean;
+  /**
+   * A file at its final name that does not verify is fetched again and replaced by the verified one
+   * (a pull into its own destination). Default: refused with PULL_DESTINATION_CONFLICT.
+   */
+  replaceMismatchedFinals?: boolean;
+  /** Called when a completed file was moved under its final name (not for files adopted there). */
+  onFileFinished?: (fileIndex: number) => void;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -60,15 +84,20 @@ export class PieceStore {
   private readonly files: FileState[] = [];
   private readonly waiters = new Map<number, Array<() => void>>();
   /** Puts in progress, so a second copy of the same piece waits instead of counting twice. */
-  private readonly writing = new Map<number, Promise<void>>();
+  private readonly writing = new Map<number, Promise<unknown>>();
+  /** With `learnDigests`: the digest of each piece held (or, while opening, journalled). */
+  private readonly learnt: Array<string | undefined>;
   private closed = false;
 
   private constructor(
     readonly map: PieceMap,
     private readonly options: PieceStoreOptions,
     private readonly journal: JournalWriter,
+    /** Whether state of another identity was found and discarded when the store opened. */
+    readonly stateDiscarded: boolean,
   ) {
     this.held = new Uint8Array(map.pieceCount);
+    this.learnt = options.learnDigests === true ? new Array<string | undefined>(map.pieceCount) : [];
   }
 
   /**
@@ -77,7 +106,7 @@ export class PieceStore {
    * (Not for stores with a `finalDir`: those may adopt finished files.)
    */
   static async opensEmpty(stateDir: string): Promise<boolean> {
-    return (await stat(join(stateDir, STATE_FILE)).catch(() => undefined)) === undefined;
+    return (await stat(join(stateDir, STATE_FILE_DEFAULT)).catch(() => undefined)) === undefined;
   }
 
   /** Whether any of the model's files is already under its final name in `finalDir`. */
@@ -92,8 +121,8 @@ export class PieceStore {
 
   /** Opens (creating or resuming) the store; returns it with every verified piece already known. */
   static async open(map: PieceMap, options: PieceStoreOptions): Promise<PieceStore> {
-    const model = manifestDigest(map.manifest);
-    const statePath = join(options.stateDir, STATE_FILE);
+    const model = options.identity ?? manifestDigest(map.manifest);
+    const statePath = join(options.stateDir, options.stateFileName ?? STATE_FILE_DEFAULT);
     const journalPath = join(options.stateDir, 'journal');
     // Independent round trips at once (a state file that cannot be read yet means a new store).
     const [boot, stateText] = await Promise.all([
@@ -108,9 +137,13 @@ export class PieceStore {
     } catch {
       previous = {};
     }
-    if (previous.model !== undefined && previous.model !== model) {
-      // Another model's pieces: nothing in the journal applies.
-      await rm(journalPath, { force: true });
+    // Without a state file nothing in a journal counts; with another model's, nothing in the
+    // partial files either.
+    if (previous.model !== model) await rm(journalPath, { force: true });
+    const discarded = previous.model !== undefined && previous.model !== model;
+    if (discarded) {
+      await rm(options.dataDir, { recursive: true, force: true });
+      await mkdir(options.dataDir, { recursive: true });
     }
     const rehash = previous.boot !== undefined && previous.boot !== boot;
     const records = previous.model === model ? await readJournal(journalPath) : [];
@@ -129,7 +162,7 @@ export class PieceStore {
       const failed = [state, journal, files].find((result) => result.status === 'rejected');
       throw failed?.status === 'rejected' ? failed.reason : new Error('the store did not open');
     }
-    const store = new PieceStore(map, options, journal.value);
+    const store = new PieceStore(map, options, journal.value, discarded);
     store.files.push(...files.value);
     try {
       await store.restore(records, rehash);
@@ -158,36 +191,105 @@ export class PieceStore {
     return this.held[piece] === 1;
   }
 
-  /** Verifies `bytes` against the manifest and stores them; corrupt bytes are never written. */
-  async put(piece: number, bytes: Uint8Array): Promise<PutResult> {
+  /** The digest piece `piece` must have (learnt ones once held); undefined while still unknown. */
+  digestOf(piece: number): string | undefined {
+    return this.options.learnDigests === true ? this.learnt[piece] : this.map.locate(piece).digest;
+  }
+
+  /**
+   * Verifies `bytes` against the manifest and stores them; corrupt bytes are never written. `digest`:
+   * their SHA-256 as the caller's hash worker computed it, compared here instead of hashing again.
+   */
+  async put(piece: number, bytes: Uint8Array, options: { digest?: string } = {}): Promise<PutResult> {
     const where = this.map.locate(piece);
-    if (!verifyPiece(bytes, where)) return 'corrupt';
+    const learn = this.options.learnDigests === true;
+    const digest = learn ? (options.digest ?? pieceDigest(bytes)) : where.digest;
+    const valid = learn
+      ? bytes.length === where.length
+      : options.digest === undefined
+        ? verifyPiece(bytes, where)
+        : digestMatches(bytes.length, options.digest, where);
+    if (!valid) return 'corrupt';
+    return this.store(piece, async (file) => {
+      await writeFully(file.handle, bytes, where.offset);
+      return digest;
+    });
+  }
+
+  /**
+   * Stores piece `piece` from the same range of the local file `source` without the bytes crossing
+   * this thread: a hash worker reads and hashes them, and writes them into the data file only if the
+   * digest is the expected one (learnt digests: always). Returns the digest read, for the caller's
+   * account of a rejected piece.
+   */
+  async copyFrom(
+    piece: number,
+    source: string,
+    pool: HashPool,
+    signal?: AbortSignal,
+  ): Promise<{ result: PutResult; digest: string }> {
+    const where = this.map.locate(piece);
+    const learn = this.options.learnDigests === true;
+    let digest = '';
+    const result = await this.store(piece, async () => {
+      const expected = learn ? undefined : where.digest;
+      const copied = await pool.copyPiece(
+        source,
+        this.pathOf(where.fileIndex),
+        where.offset,
+        where.length,
+        expected,
+        signal,
+      );
+      digest = copied.digest;
+      return copied.written && (learn || digestMatches(where.length, copied.digest, where))
+        ? copied.digest
+        : undefined;
+    });
+    return { result, digest: digest === '' ? (this.digestOf(piece) ?? '') : digest };
+  }
+
+  /**
+   * Runs `write` for a piece not held yet (it writes verified bytes and returns their digest, or
+   * undefined when it wrote nothing because they were wrong), then journals and counts the piece.
+   */
+  private async store(
+    piece: number,
+    write: (file: FileState) => Promise<string | undefined>,
+  ): Promise<PutResult> {
     if (this.has(piece)) return 'duplicate';
     const running = this.writing.get(piece);
     if (running !== undefined) {
-      await running;
-      return 'duplicate';
+      await running.catch(() => undefined);
+      return this.has(piece) ? 'duplicate' : this.store(piece, write);
     }
     this.assertOpen();
-    const write = this.writeVerified(piece, bytes).catch((error: unknown) => {
+    const where = this.map.locate(piece);
+    const file = this.files[where.fileIndex] as FileState;
+    const job = (async (): Promise<PutResult> => {
+      const digest = await write(file);
+      if (digest === undefined) return 'corrupt';
+      await this.recordVerified(piece, digest);
+      return 'stored';
+    })().catch((error: unknown) => {
       throw this.writeError(piece, error);
     });
-    this.writing.set(piece, write);
+    this.writing.set(piece, job);
     try {
-      await write;
+      return await job;
     } finally {
       this.writing.delete(piece);
     }
-    return 'stored';
   }
 
-  private async writeVerified(piece: number, bytes: Uint8Array): Promise<void> {
+  /** A verified piece is on disk at its offset: flushes, journals and counts it. */
+  private async recordVerified(piece: number, digest: string): Promise<void> {
     const where = this.map.locate(piece);
     const file = this.files[where.fileIndex] as FileState;
-    await writeFully(file.handle, bytes, where.offset);
     if (this.options.finalDir !== undefined && !file.final)
-      file.writeback.wrote(bytes.length, file.remaining <= 1);
-    await this.journal.append({ file: where.fileIndex, piece: where.piece, digest: where.digest });
+      file.writeback.wrote(where.length, file.remaining <= 1);
+    await this.journal.append({ file: where.fileIndex, piece: where.piece, digest });
+    if (this.options.learnDigests === true) this.learnt[piece] = digest;
     // The file is finished (synced, renamed into place) before its last piece counts, so a
     // complete store means every file is under its final name.
     file.remaining--;
@@ -320,17 +422,21 @@ export class PieceStore {
     records: ReadonlyArray<{ file: number; piece: number; digest: string }>,
     rehash: boolean,
   ): Promise<void> {
+    const learn = this.options.learnDigests === true;
     const journaled: number[] = [];
     const seen = new Set<number>();
     for (const record of records) {
       const file = this.map.manifest.files[record.file];
       const state = this.files[record.file];
-      if (file === undefined || state === undefined || state.final) continue;
-      if (record.piece >= file.pieces.length || file.pieces[record.piece] !== record.digest) continue;
+      if (file === undefined || state === undefined || record.piece >= file.pieces.length) continue;
+      // Learning, the journal is the reference; otherwise a record must name the manifest's digest.
+      if (!learn && file.pieces[record.piece] !== record.digest) continue;
       const global = this.map.globalIndex(record.file, record.piece);
       if (seen.has(global) || this.has(global)) continue;
       seen.add(global);
-      journaled.push(global);
+      if (learn) this.learnt[global] = record.digest;
+      // A file at its final name speaks for itself (checked below against these references).
+      if (!state.final) journaled.push(global);
     }
     const finals = this.files.flatMap((state, index) => (state.final ? [index] : []));
     const bulk = (rehash && journaled.length > 0) || finals.length > 0;
@@ -343,22 +449,36 @@ export class PieceStore {
         (this.files[this.map.locate(piece).fileIndex] as FileState).remaining--;
       });
       // Files found at their final names count only if every byte matches.
-      for (const index of finals) {
-        const state = this.files[index] as FileState;
-        if (!(await this.verifyFileOnDisk(index, pool))) {
-          throw new WeightcastError(
-            'PULL_DESTINATION_CONFLICT',
-            `${this.pathOf(index)} exists and does not match the manifest; move it away first`,
-            { file: this.pathOf(index) },
-          );
-        }
-        const pieces = this.map.manifest.files[index]?.pieces.length ?? 0;
-        for (let p = 0; p < pieces; p++) this.mark(this.map.globalIndex(index, p));
-        state.remaining = 0;
-      }
+      for (const index of finals) await this.adoptFinal(index, pool);
     } finally {
-      await pool?.close();
+      if (pool !== this.options.hashPool) await pool?.close();
     }
+    // Learnt digests of pieces that did not count are no reference for anything.
+    if (!learn) return;
+    for (let piece = 0; piece < this.map.pieceCount; piece++) {
+      if (!this.has(piece)) this.learnt[piece] = undefined;
+    }
+  }
+
+  /** Counts a file found at its final name if it verifies; else refuses it, or replaces it by request. */
+  private async adoptFinal(index: number, pool: HashPool | undefined): Promise<void> {
+    const state = this.files[index] as FileState;
+    const file = this.map.manifest.files[index] as ManifestFile;
+    if (!(await this.verifyFileOnDisk(index, pool))) {
+      if (this.options.replaceMismatchedFinals !== true) {
+        throw new WeightcastError(
+          'PULL_DESTINATION_CONFLICT',
+          `${this.pathOf(index)} exists and does not match the manifest; move it away first`,
+          { file: this.pathOf(index) },
+        );
+      }
+      // Left where it is until the verified copy is renamed over it.
+      await state.handle.close();
+      this.files[index] = await openDataFile(file, this.options);
+      return;
+    }
+    for (let p = 0; p < file.pieces.length; p++) this.mark(this.map.globalIndex(index, p));
+    state.remaining = 0;
   }
 
   /** Each piece's check: all queued at once on the workers, one at a time on this thread. */
@@ -371,17 +491,20 @@ export class PieceStore {
 
   /** Worker threads for hashing what is already on disk; undefined: hash on this thread. */
   private async bulkHashPool(): Promise<HashPool | undefined> {
+    if (this.options.hashPool !== undefined) return this.options.hashPool;
     const threads = this.options.hashThreads ?? Math.max(1, availableParallelism() - 1);
     if (threads <= 0) return undefined;
     const { HashPool } = await import('../manifest/hash-pool.js');
     return new HashPool(threads);
   }
 
-  /** Whether a whole file at its final name is the manifest's, piece by piece. */
+  /** Whether a whole file at its final name is the manifest's (or the journal's), piece by piece. */
   private async verifyFileOnDisk(index: number, pool: HashPool | undefined): Promise<boolean> {
     const file = this.map.manifest.files[index];
     const state = this.files[index] as FileState;
     if (file === undefined || (await state.handle.stat()).size !== file.size) return false;
+    const references = file.pieces.map((_, p) => this.digestOf(this.map.globalIndex(index, p)));
+    if (references.includes(undefined)) return false;
     if (pool === undefined) {
       for (let p = 0; p < file.pieces.length; p++) {
         if (!(await this.verifyOnDisk(this.map.globalIndex(index, p), undefined))) return false;
@@ -392,18 +515,20 @@ export class PieceStore {
     const { digests } = await pool
       .hashFileRange(this.pathOf(index), 0, file.size, this.map.pieceSize)
       .catch(() => ({ digests: [] as string[] }));
-    return digests.length === file.pieces.length && digests.every((digest, p) => digest === file.pieces[p]);
+    return digests.length === references.length && digests.every((digest, p) => digest === references[p]);
   }
 
   private async verifyOnDisk(piece: number, pool: HashPool | undefined): Promise<boolean> {
     const where = this.map.locate(piece);
+    const reference = this.digestOf(piece);
+    if (reference === undefined) return false;
     if (pool !== undefined) {
       const path = this.pathOf(where.fileIndex);
       const digest = await pool
         .hashFileRange(path, where.offset, where.length, this.map.pieceSize)
         .then((result) => result.digests[0])
         .catch(() => undefined);
-      return digest === where.digest;
+      return digest === reference;
     }
     const state = this.files[where.fileIndex] as FileState;
     const buffer = Buffer.allocUnsafe(where.length);
@@ -412,7 +537,7 @@ export class PieceStore {
     } catch {
       return false;
     }
-    return verifyPiece(buffer, where);
+    return verifyPiece(buffer, { length: where.length, digest: reference });
   }
 
   private async finishCompleteFiles(): Promise<void> {
@@ -438,11 +563,12 @@ export class PieceStore {
       file.path,
     );
     state.final = true;
+    this.options.onFileFinished?.(fileIndex);
   }
 }
 
 /** The store's state (model digest and boot id) in its state directory. */
-const STATE_FILE = 'store.json';
+const STATE_FILE_DEFAULT = 'store.json';
 
 /** Read-write, created when missing, never truncated on open. */
 const OPEN_READ_WRITE_CREATE = constants.O_RDWR | constants.O_CREAT;
@@ -463,36 +589,54 @@ async function openFiles(map: PieceMap, options: PieceStoreOptions): Promise<Fil
   return opened.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
 }
 
-async function openFile(
-  file: { path: string; size: number; pieces: readonly string[] },
-  options: PieceStoreOptions,
-): Promise<FileState> {
+async function openFile(file: ManifestFile, options: PieceStoreOptions): Promise<FileState> {
+  if (options.finalDir === undefined) return openDataFile(file, options);
   // A destination's paths are the user's: no link below it is followed (src/util/no-symlinks.ts);
   // its partial files are in it too.
-  const inDestination = options.finalDir !== undefined;
-  const dataPath = inDestination
-    ? await pathWithoutSymlinks(options.dataDir, file.path)
-    : join(options.dataDir, file.path);
-  const finalPath =
-    options.finalDir === undefined ? undefined : await pathWithoutSymlinks(options.finalDir, file.path);
-  // A completed pull file already sits at its final name; it is adopted below if it verifies.
-  const atFinal =
-    finalPath !== undefined &&
-    (await stat(dataPath).catch(() => undefined)) === undefined &&
-    (await stat(finalPath).catch(() => undefined))?.isFile() === true;
-  const path = atFinal && finalPath !== undefined ? finalPath : dataPath;
+  const [dataPath, finalPath] = await Promise.all([
+    pathWithoutSymlinks(options.dataDir, file.path),
+    pathWithoutSymlinks(options.finalDir, file.path),
+  ]);
+  const [dataInfo, finalInfo] = await Promise.all([
+    stat(dataPath).catch(() => undefined),
+    stat(finalPath).catch(() => undefined),
+  ]);
+  if (finalInfo?.isDirectory() === true) {
+    throw new WeightcastError(
+      'PULL_DESTINATION_CONFLICT',
+      `${finalPath} is a directory, but the model has a file there`,
+      { file: file.path },
+    );
+  }
+  // A completed file already sits at its final name; it is adopted (restore) if it verifies.
+  if (dataInfo !== undefined || finalInfo?.isFile() !== true) return openDataFile(file, options, dataPath);
+  const handle = await open(finalPath, 'r');
+  return { handle, remaining: file.pieces.length, final: true, writeback: new Writeback(() => handle) };
+}
+
+/** Opens (creating, at its full size, never truncating what is there) a file's partial copy. */
+async function openDataFile(
+  file: ManifestFile,
+  options: PieceStoreOptions,
+  checkedPath?: string,
+): Promise<FileState> {
+  const path =
+    checkedPath ??
+    (options.finalDir === undefined
+      ? join(options.dataDir, file.path)
+      : await pathWithoutSymlinks(options.dataDir, file.path));
   // The data directory exists already (PieceStore.open makes it); only nested paths need theirs.
-  if (!atFinal && file.path.includes('/')) await mkdir(dirname(path), { recursive: true });
+  if (file.path.includes('/')) await mkdir(dirname(path), { recursive: true });
   // Read-write, created if missing, never truncated: one call where a stat used to pick the flags.
-  const handle = await open(path, atFinal ? 'r' : OPEN_READ_WRITE_CREATE);
+  const handle = await open(path, OPEN_READ_WRITE_CREATE);
   try {
     const size = (await handle.stat()).size;
-    if (!atFinal && size !== file.size) await handle.truncate(file.size);
+    if (size !== file.size) await handle.truncate(file.size);
   } catch (error) {
     await handle.close();
     throw error;
   }
-  return { handle, remaining: file.pieces.length, final: atFinal, writeback: new Writeback(() => handle) };
+  return { handle, remaining: file.pieces.length, final: false, writeback: new Writeback(() => handle) };
 }
 
 async function readFully(handle: FileHandle, target: Uint8Array, position: number): Promise<void> {

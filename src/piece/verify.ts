@@ -2,7 +2,7 @@
  * The one checkpoint every piece passes before anything uses it: its length and its SHA-256 must be
  * the manifest's. Every store and reader that checks a piece in this process calls `verifyPiece`
  * (the agent's and the pull's stores, seed nodes, `put`, the re-layout's read-back, the
- * pre-sharder); hash worker threads compute digests that are compared with `digestMatches`.
+ * pre-sharder); a digest a hash worker thread computed is compared here too, with `digestMatches`.
  */
 
 import { createHash } from 'node:crypto';
@@ -21,5 +21,10 @@ export function pieceDigest(bytes: Uint8Array): string {
 
 /** Whether `bytes` are exactly the piece the manifest describes. */
 export function verifyPiece(bytes: Uint8Array, expected: ExpectedPiece): boolean {
-  return bytes.length === expected.length && pieceDigest(bytes) === expected.digest;
+  return digestMatches(bytes.length, pieceDigest(bytes), expected);
+}
+
+/** Whether `length` bytes whose SHA-256 is `digest` (computed elsewhere, e.g. on a hash worker) are the piece. */
+export function digestMatches(length: number, digest: string, expected: ExpectedPiece): boolean {
+  return length === expected.length && digest === expected.digest;
 }

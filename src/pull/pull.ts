@@ -1,22 +1,25 @@
 /**
- * Single-host verified pull: origin -> piece buffers -> SHA-256 -> partial files -> final names.
+ * Single-host verified pull: origin -> piece buffers -> SHA-256 -> the piece store -> final names.
  *
- * How data moves: the work queue holds every piece not yet verified. `lanes` workers each own one
- * piece-sized buffer (so memory is lanes x pieceSize whatever the model size); a lane reads a piece
- * from the origin into its buffer, hands the buffer to a hash thread, compares the digest with the
- * manifest, writes the piece at its offset in the file's partial copy under `.weightcast/partial/`,
- * and appends it to the journal. A piece with wrong bytes is fetched again (a few times) and never
- * written. When every piece of a file is verified the partial file is synced and renamed to its final
- * name, so a file under its final name is always complete and verified.
+ * How data moves: the work queue holds every piece the store does not hold yet. `lanes` workers each
+ * own one piece-sized buffer (so memory is lanes x pieceSize whatever the model size); a lane reads a
+ * piece from the origin into its buffer, hands the buffer to a hash thread, and gives bytes and digest
+ * to the PieceStore (src/piece/store.ts), which compares the digest with the manifest, writes the
+ * piece at its offset in the file's partial copy under `.weightcast/partial/`, journals it and, once a
+ * file is complete, syncs it and renames it to its final name. A local origin's pieces are copied by a
+ * hash thread straight into the store's partial file. A piece with wrong bytes is fetched again (a few
+ * times) and never written. Resume, re-hashing after a reboot and adopting files already complete at
+ * their final names are the store's too; this module keeps the lanes, the retries and the events.
  *
  * Without a manifest the pull trusts the origin: a local origin is hashed first to build one; a remote
- * origin's pieces are hashed as they arrive and the manifest is written at the end.
+ * origin's pieces are hashed as they arrive (the store learns their digests, with the journal as the
+ * reference on resume) and the manifest is written at the end.
  */
 
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { WeightcastError, abortError, asIoError, isWeightcastError } from '../errors.js';
 import { readSafetensorsHeaderFromFile } from '../format/safetensors.js';
 import { buildManifest, checkPieceSize } from '../manifest/build.js';
@@ -35,8 +38,8 @@ import type { Origin } from '../origin/origin.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
-import { JournalWriter, bootId, readJournal, type JournalRecord } from '../piece/journal.js';
-import { moveToFinalName, Writeback, writeFully } from '../piece/final-file.js';
+import { PieceMap } from '../piece/piece-map.js';
+import { PieceStore } from '../piece/store.js';
 
 export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const PIECE_RETRIES_DEFAULT = 3;
@@ -97,29 +100,23 @@ export interface PullResult {
   piecesRejected: number;
 }
 
-interface FileWork {
-  index: number;
-  path: string;
-  size: number;
-  /** Expected digests; undefined entries are learnt from the origin (trust mode). */
-  expected: Array<string | undefined>;
-  verified: Array<string | undefined>;
-  remaining: number;
-  handle?: Promise<FileHandle>;
-  /** Background flushes of its partial file (final-file.ts); set with the handle. */
-  writeback?: Writeback;
-  done: boolean;
-}
-
 interface PullState {
   dest: string;
   stateDir: string;
   partialDir: string;
-  pieceSize: number;
   trust: boolean;
   /** The manifest verified against, when there is one before the pull starts. */
   manifest: Manifest | undefined;
-  files: FileWork[];
+  /** The model's pieces; without a manifest its digests are placeholders the store learns. */
+  map: PieceMap;
+  store: PieceStore;
+  fileReports: FileReports;
+}
+
+/** Files the store moved into place before the plan was announced (their events follow it). */
+interface FileReports {
+  /** Undefined once the plan is out: reports become events at once. */
+  early: number[] | undefined;
 }
 
 export async function pull(origin: Origin, dest: string, options: PullOptions = {}): Promise<PullResult> {
@@ -148,13 +145,33 @@ async function preparePull(
   const { manifest, trust } = await chooseManifest(origin, stateDir, options, signal);
   const pieceSize = manifest?.pieceSize ?? options.pieceSize ?? PIECE_SIZE_DEFAULT;
   checkPieceSize(pieceSize);
-  const files = manifest ? filesFromManifest(manifest) : await filesFromOrigin(origin, pieceSize, signal);
+  const model = manifest ?? (await unknownDigests(origin, pieceSize, signal));
   // Created only once the source has answered, so a bad source leaves no directory behind.
   await mkdir(partialDir, { recursive: true });
-  const state: PullState = { dest, stateDir, partialDir, pieceSize, trust, manifest, files };
-  const identity = pullIdentity(state);
-  await reconcileState(state, identity, options, pool, signal);
-  return state;
+  const map = new PieceMap(model);
+  // The store reports each file it moves into place; until the plan is out the reports wait.
+  const fileReports: FileReports = { early: [] };
+  const onFileFinished = (index: number): void => {
+    if (fileReports.early !== undefined) fileReports.early.push(index);
+    else fileComplete(map, index, options);
+  };
+  const store = await PieceStore.open(map, {
+    dataDir: partialDir,
+    stateDir,
+    finalDir: dest,
+    hashPool: pool,
+    identity: pullIdentity(trust, model),
+    stateFileName: 'pull.json',
+    learnDigests: manifest === undefined,
+    replaceMismatchedFinals: true,
+    onFileFinished,
+  });
+  return { dest, stateDir, partialDir, trust, manifest, map, store, fileReports };
+}
+
+function fileComplete(map: PieceMap, index: number, options: PullOptions): void {
+  const file = map.manifest.files[index];
+  if (file !== undefined) options.onEvent?.({ type: 'file-complete', path: file.path, size: file.size });
 }
 
 async function chooseManifest(
@@ -197,174 +214,23 @@ async function readSavedManifest(stateDir: string): Promise<Manifest | undefined
   }
 }
 
-function filesFromManifest(manifest: Manifest): FileWork[] {
-  return manifest.files.map((file, index) => newFileWork(index, file.path, file.size, [...file.pieces]));
-}
-
-async function filesFromOrigin(origin: Origin, pieceSize: number, signal: AbortSignal): Promise<FileWork[]> {
+/** The origin's files with their digests still unknown (empty strings the store learns from the bytes). */
+async function unknownDigests(origin: Origin, pieceSize: number, signal: AbortSignal): Promise<Manifest> {
   const entries = await origin.list({ signal });
-  return entries.map((entry, index) => {
+  const files = entries.map((entry): ManifestFile => {
     assertSafeRelativePath(entry.path, `origin ${origin.location}`);
-    return newFileWork(
-      index,
-      entry.path,
-      entry.size,
-      new Array<string | undefined>(pieceCount(entry.size, pieceSize)).fill(undefined),
-    );
+    const pieces = new Array<string>(pieceCount(entry.size, pieceSize)).fill('');
+    return { path: entry.path, size: entry.size, merkleRoot: '', pieces };
   });
-}
-
-function newFileWork(
-  index: number,
-  path: string,
-  size: number,
-  expected: Array<string | undefined>,
-): FileWork {
-  return {
-    index,
-    path,
-    size,
-    expected,
-    verified: new Array<string | undefined>(expected.length).fill(undefined),
-    remaining: expected.length,
-    done: false,
-  };
+  return { pieceSize, files };
 }
 
 /** What the partial state belongs to: the manifest, or in trust mode the origin's file list. */
-function pullIdentity(state: PullState): string {
+function pullIdentity(trust: boolean, model: Manifest): string {
   const hash = createHash('sha256');
-  hash.update(`${state.trust ? 'trust' : 'manifest'}\n${state.pieceSize}\n`);
-  for (const file of state.files) hash.update(`${file.path}\n${file.size}\n${file.expected.join(',')}\n`);
+  hash.update(`${trust ? 'trust' : 'manifest'}\n${model.pieceSize}\n`);
+  for (const file of model.files) hash.update(`${file.path}\n${file.size}\n${file.pieces.join(',')}\n`);
   return hash.digest('hex');
-}
-
-/**
- * Brings the on-disk state in line with this pull: discards partial state of a different pull,
- * restores verified pieces from the journal (re-hashing them after a reboot), and recognises files
- * that are already complete under their final names.
- */
-async function reconcileState(
-  state: PullState,
-  identity: string,
-  options: PullOptions,
-  pool: HashPool,
-  signal: AbortSignal,
-): Promise<void> {
-  const statePath = join(state.stateDir, 'pull.json');
-  const journalPath = join(state.stateDir, 'journal');
-  const boot = await bootId();
-  let previous: { identity?: string; boot?: string } = {};
-  try {
-    previous = JSON.parse(await readFile(statePath, 'utf8')) as typeof previous;
-  } catch {
-    previous = {};
-  }
-  if (previous.identity !== undefined && previous.identity !== identity) {
-    options.onEvent?.({
-      type: 'state-discarded',
-      reason: 'the partial download belongs to a different model or manifest',
-    });
-    await rm(state.partialDir, { recursive: true, force: true });
-    await rm(journalPath, { force: true });
-    await mkdir(state.partialDir, { recursive: true });
-  }
-  const rehash = previous.boot !== undefined && previous.boot !== boot;
-  const journal = groupJournal(await readJournal(journalPath), state.files);
-  await writeFile(statePath, JSON.stringify({ identity, boot }) + '\n');
-  for (const file of state.files) {
-    const records = journal.get(file.index) ?? new Map<number, string>();
-    const partialPath = join(state.partialDir, file.path);
-    const partialExists = (await stat(partialPath).catch(() => undefined)) !== undefined;
-    // Journal lines only describe a partial file that still exists; once renamed, the final file speaks.
-    if (partialExists) await restorePieces(state, file, records, rehash, pool, signal);
-    if (file.remaining === 0 && file.size > 0 && partialExists) continue;
-    const reference = file.expected.map((digest, piece) => digest ?? records.get(piece));
-    if (await adoptCompleteFile(state, file, reference, pool, signal)) {
-      await rm(partialPath, { force: true });
-    }
-  }
-}
-
-/** Journal records by file and piece, keeping the first valid record of each piece. */
-function groupJournal(
-  records: readonly JournalRecord[],
-  files: readonly FileWork[],
-): Map<number, Map<number, string>> {
-  const byFile = new Map<number, Map<number, string>>();
-  for (const record of records) {
-    const file = files[record.file];
-    if (file === undefined || record.piece >= file.expected.length) continue;
-    const expected = file.expected[record.piece];
-    if (expected !== undefined && expected !== record.digest) continue;
-    const pieces = byFile.get(record.file) ?? new Map<number, string>();
-    if (!pieces.has(record.piece)) pieces.set(record.piece, record.digest);
-    byFile.set(record.file, pieces);
-  }
-  return byFile;
-}
-
-async function restorePieces(
-  state: PullState,
-  file: FileWork,
-  records: ReadonlyMap<number, string>,
-  rehash: boolean,
-  pool: HashPool,
-  signal: AbortSignal,
-): Promise<void> {
-  const partialPath = join(state.partialDir, file.path);
-  for (const [piece, digest] of records) {
-    if (rehash) {
-      const { start, length } = pieceSpan(file, state.pieceSize, piece);
-      const actual = await pool
-        .hashFileRange(partialPath, start, length, state.pieceSize, { signal })
-        .then((r) => r.digests[0])
-        .catch(() => undefined);
-      if (actual !== digest) continue;
-    }
-    file.verified[piece] = digest;
-    file.remaining--;
-  }
-}
-
-/**
- * A file already at its final name whose every piece matches `reference` (the manifest's digests,
- * or in trust mode the journal's) needs nothing fetched. Returns whether the file was adopted.
- */
-async function adoptCompleteFile(
-  state: PullState,
-  file: FileWork,
-  reference: ReadonlyArray<string | undefined>,
-  pool: HashPool,
-  signal: AbortSignal,
-): Promise<boolean> {
-  const finalPath = await pathWithoutSymlinks(state.dest, file.path);
-  const info = await stat(finalPath).catch(() => undefined);
-  if (info === undefined) return false;
-  if (info.isDirectory()) {
-    throw new WeightcastError(
-      'PULL_DESTINATION_CONFLICT',
-      `${finalPath} is a directory, but the model has a file there`,
-      {
-        file: file.path,
-      },
-    );
-  }
-  if (info.size !== file.size || reference.some((digest) => digest === undefined)) return false;
-  const { digests } =
-    file.size === 0
-      ? { digests: [] as string[] }
-      : await pool.hashFileRange(finalPath, 0, file.size, state.pieceSize, { signal });
-  if (!digests.every((digest, i) => digest === reference[i])) return false;
-  file.verified = [...digests];
-  file.remaining = 0;
-  file.done = true;
-  return true;
-}
-
-function pieceSpan(file: FileWork, pieceSize: number, piece: number): { start: number; length: number } {
-  const start = piece * pieceSize;
-  return { start, length: Math.min(pieceSize, file.size - start) };
 }
 
 async function runPull(
@@ -375,63 +241,48 @@ async function runPull(
   controller: AbortController,
   signal: AbortSignal,
 ): Promise<PullResult> {
-  const jobs: Array<{ file: FileWork; piece: number }> = [];
-  for (const file of state.files) {
-    file.verified.forEach((digest, piece) => {
-      if (digest === undefined) jobs.push({ file, piece });
-    });
-  }
-  const lanes = laneCount(options, state.pieceSize, jobs.length);
-  const piecesTotal = state.files.reduce((sum, f) => sum + f.expected.length, 0);
-  const bytesTotal = state.files.reduce((sum, f) => sum + f.size, 0);
-  const counters = {
-    bytesFetched: 0,
-    piecesFetched: 0,
-    piecesRejected: 0,
-    bytesDone: 0,
-    piecesDone: piecesTotal - jobs.length,
-  };
-  counters.bytesDone =
-    bytesTotal - jobs.reduce((sum, job) => sum + pieceSpan(job.file, state.pieceSize, job.piece).length, 0);
-  options.onEvent?.({
-    type: 'plan',
-    trust: state.trust,
-    files: state.files.length,
-    bytesTotal,
-    piecesTotal,
-    piecesReused: counters.piecesDone,
-    bytesReused: counters.bytesDone,
-    lanes,
-    pieceSize: state.pieceSize,
-  });
-  const journal = await JournalWriter.open(join(state.stateDir, 'journal'));
+  const { map, store } = state;
+  const counters = { bytesFetched: 0, piecesFetched: 0, piecesRejected: 0 };
   let failure: unknown;
   try {
-    // Files with nothing left to fetch (empty, or complete in the partial directory) finish first.
-    for (const file of state.files)
-      if (!file.done && file.remaining === 0) await finishFile(state, file, options);
+    if (store.stateDiscarded) {
+      options.onEvent?.({
+        type: 'state-discarded',
+        reason: 'the partial download belongs to a different model or manifest',
+      });
+    }
+    const jobs: number[] = [];
+    for (let piece = 0; piece < map.pieceCount; piece++) if (!store.has(piece)) jobs.push(piece);
+    const lanes = laneCount(options, map.pieceSize, jobs.length);
+    options.onEvent?.({
+      type: 'plan',
+      trust: state.trust,
+      files: map.manifest.files.length,
+      bytesTotal: map.totalBytes,
+      piecesTotal: map.pieceCount,
+      piecesReused: store.heldCount,
+      bytesReused: store.heldBytes,
+      lanes,
+      pieceSize: map.pieceSize,
+    });
+    // Files with nothing left to fetch (empty, or complete in the partial directory) were finished
+    // when the store opened.
+    const early = state.fileReports.early ?? [];
+    state.fileReports.early = undefined;
+    for (const index of early) fileComplete(map, index, options);
     let next = 0;
     const lane = async (): Promise<void> => {
       const laneState: Lane = { buffer: undefined };
-      for (let job = jobs[next++]; job !== undefined; job = jobs[next++]) {
+      for (let piece = jobs[next++]; piece !== undefined; piece = jobs[next++]) {
         if (signal.aborted) throw abortError(signal, 'the pull');
-        await fetchPiece(origin, state, job.file, job.piece, laneState, {
-          options,
-          pool,
-          journal,
-          counters,
-          signal,
-        });
-        counters.piecesDone++;
-        counters.bytesDone += pieceSpan(job.file, state.pieceSize, job.piece).length;
+        await fetchPiece(origin, state, piece, laneState, { options, pool, counters, signal });
         options.onEvent?.({
           type: 'progress',
-          bytesDone: counters.bytesDone,
-          bytesTotal,
-          piecesDone: counters.piecesDone,
-          piecesTotal,
+          bytesDone: store.heldBytes,
+          bytesTotal: map.totalBytes,
+          piecesDone: store.heldCount,
+          piecesTotal: map.pieceCount,
         });
-        if (job.file.remaining === 0) await finishFile(state, job.file, options);
       }
     };
     const results = await Promise.allSettled(
@@ -446,8 +297,7 @@ async function runPull(
     );
     if (results.some((r) => r.status === 'rejected')) throw failure;
   } finally {
-    await journal.close().catch(() => undefined);
-    await closeHandles(state);
+    await store.close();
   }
   const manifest = await completedManifest(state);
   const digest = manifestDigest(manifest);
@@ -458,10 +308,10 @@ async function runPull(
     manifest,
     manifestDigest: digest,
     trust: state.trust,
-    bytesTotal,
+    bytesTotal: map.totalBytes,
     bytesFetched: counters.bytesFetched,
     piecesFetched: counters.piecesFetched,
-    piecesReused: piecesTotal - counters.piecesFetched,
+    piecesReused: map.pieceCount - counters.piecesFetched,
     piecesRejected: counters.piecesRejected,
   };
 }
@@ -485,7 +335,6 @@ function laneCount(options: PullOptions, pieceSize: number, jobs: number): numbe
 interface LaneContext {
   options: PullOptions;
   pool: HashPool;
-  journal: JournalWriter;
   counters: { bytesFetched: number; piecesFetched: number; piecesRejected: number };
   signal: AbortSignal;
 }
@@ -495,132 +344,72 @@ interface Lane {
   buffer: ArrayBuffer | undefined;
 }
 
-/** Fetches, verifies, writes and journals one piece, fetching it again if its bytes are wrong. */
+/** Fetches one piece into the store, fetching it again if its bytes are wrong. */
 async function fetchPiece(
   origin: Origin,
   state: PullState,
-  file: FileWork,
   piece: number,
   lane: Lane,
   context: LaneContext,
 ): Promise<void> {
-  const { start, length } = pieceSpan(file, state.pieceSize, piece);
+  const where = state.map.locate(piece);
   const retries = context.options.pieceRetries ?? PIECE_RETRIES_DEFAULT;
-  const expected = file.expected[piece];
   for (let attempt = 1; ; attempt++) {
-    const { digest, written } = await transferPiece(
-      origin,
-      state,
-      file,
-      start,
-      length,
-      expected,
-      lane,
-      context,
-    );
-    context.counters.bytesFetched += length;
-    if (written) {
-      file.writeback ??= new Writeback(() => partialHandle(state, file));
-      file.writeback.wrote(length, file.remaining <= 1);
-      await context.journal.append({ file: file.index, piece, digest });
-      file.verified[piece] = digest;
-      file.remaining--;
+    const { digest, stored } = await transferPiece(origin, state, piece, lane, context);
+    context.counters.bytesFetched += where.length;
+    if (stored) {
       context.counters.piecesFetched++;
       return;
     }
     context.counters.piecesRejected++;
-    const reason = `SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ${(expected ?? '').slice(0, 16)}…`;
-    context.options.onEvent?.({ type: 'piece-rejected', path: file.path, piece, attempt, reason });
+    const expected = state.store.digestOf(piece) ?? '';
+    const reason = `SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ${expected.slice(0, 16)}…`;
+    const path = where.file.path;
+    context.options.onEvent?.({ type: 'piece-rejected', path, piece: where.piece, attempt, reason });
     if (attempt > retries) {
       throw new WeightcastError(
         'PIECE_HASH_MISMATCH',
-        `${file.path} piece ${piece}: the origin sent wrong bytes ${attempt} times (${reason}); nothing was written`,
-        { file: file.path, piece },
+        `${path} piece ${where.piece}: the origin sent wrong bytes ${attempt} times (${reason}); nothing was written`,
+        { file: path, piece: where.piece },
       );
     }
   }
 }
 
 /**
- * Moves one piece into the partial file if, and only if, its digest is the expected one. Local
- * origins are copied by a hash worker (read once, hashed in cache, written from the same buffer);
- * remote ones are read into the lane's buffer, hashed on a worker and written from the main thread.
+ * Gives one piece to the store, which keeps it only if its digest is the expected one. Local origins
+ * are copied by a hash worker (read once, hashed in cache, written from the same buffer); remote ones
+ * are read into the lane's buffer, hashed on a worker and written from the main thread.
  */
 async function transferPiece(
   origin: Origin,
   state: PullState,
-  file: FileWork,
-  start: number,
-  length: number,
-  expected: string | undefined,
+  piece: number,
   lane: Lane,
   context: LaneContext,
-): Promise<{ digest: string; written: boolean }> {
+): Promise<{ digest: string; stored: boolean }> {
+  const where = state.map.locate(piece);
   if (origin.localPath !== undefined) {
-    await partialHandle(state, file);
-    const source = origin.localPath(file.path);
-    const dest = join(state.partialDir, file.path);
-    return context.pool.copyPiece(source, dest, start, length, expected, context.signal);
+    const source = origin.localPath(where.file.path);
+    const { result, digest } = await state.store.copyFrom(piece, source, context.pool, context.signal);
+    return { digest, stored: result !== 'corrupt' };
   }
-  lane.buffer ??= new ArrayBuffer(state.pieceSize);
-  await origin.readInto(file.path, start, new Uint8Array(lane.buffer, 0, length), { signal: context.signal });
-  const hashed = await context.pool.hashBuffer(lane.buffer, length, context.signal);
+  lane.buffer ??= new ArrayBuffer(state.map.pieceSize);
+  const target = new Uint8Array(lane.buffer, 0, where.length);
+  await origin.readInto(where.file.path, where.offset, target, { signal: context.signal });
+  const hashed = await context.pool.hashBuffer(lane.buffer, where.length, context.signal);
   lane.buffer = hashed.buffer;
-  const written = expected === undefined || hashed.digest === expected;
-  if (written) await writePiece(state, file, start, new Uint8Array(lane.buffer, 0, length));
-  return { digest: hashed.digest, written };
-}
-
-async function writePiece(
-  state: PullState,
-  file: FileWork,
-  position: number,
-  bytes: Uint8Array,
-): Promise<void> {
-  await writeFully(await partialHandle(state, file), bytes, position);
-}
-
-function partialHandle(state: PullState, file: FileWork): Promise<FileHandle> {
-  file.handle ??= (async () => {
-    const path = await pathWithoutSymlinks(state.partialDir, file.path);
-    await mkdir(dirname(path), { recursive: true });
-    // 'a+' would ignore positions; open for update, creating without truncating what is there.
-    const handle = await open(path, 'r+').catch(async (error: NodeJS.ErrnoException) => {
-      if (error.code !== 'ENOENT') throw error;
-      return open(path, 'w+');
-    });
-    await handle.truncate(file.size);
-    return handle;
-  })();
-  return file.handle;
-}
-
-/** Syncs a fully verified partial file and moves it to its final name. */
-async function finishFile(state: PullState, file: FileWork, options: PullOptions): Promise<void> {
-  if (file.done) return;
-  file.done = true;
-  const handle = await partialHandle(state, file);
-  await file.writeback?.settled();
-  await moveToFinalName(handle, join(state.partialDir, file.path), state.dest, file.path);
-  await handle.close();
-  delete file.handle;
-  options.onEvent?.({ type: 'file-complete', path: file.path, size: file.size });
-}
-
-async function closeHandles(state: PullState): Promise<void> {
-  for (const file of state.files) {
-    const pending = file.handle;
-    delete file.handle;
-    await file.writeback?.settled();
-    if (pending) await pending.then((h) => h.close()).catch(() => undefined);
-  }
+  const bytes = new Uint8Array(lane.buffer, 0, where.length);
+  const result = await state.store.put(piece, bytes, { digest: hashed.digest });
+  return { digest: hashed.digest, stored: result !== 'corrupt' };
 }
 
 async function completedManifest(state: PullState): Promise<Manifest> {
   if (state.manifest) return state.manifest;
   const files: ManifestFile[] = [];
-  for (const work of state.files) {
-    const pieces = work.verified.map((digest, piece) => {
+  for (const [index, work] of state.map.manifest.files.entries()) {
+    const pieces = work.pieces.map((_, piece) => {
+      const digest = state.store.digestOf(state.map.globalIndex(index, piece));
       if (digest === undefined)
         throw new Error(`weightcast invariant broken: ${work.path} piece ${piece} unverified at the end`);
       return digest;
@@ -644,5 +433,5 @@ async function completedManifest(state: PullState): Promise<Manifest> {
     }
     files.push(file);
   }
-  return { pieceSize: state.pieceSize, files };
+  return { pieceSize: state.map.pieceSize, files };
 }
