@@ -26,7 +26,6 @@
 import { execFile, execFileSync, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -61,7 +60,7 @@ import { log, spawnLogged, START_TIMEOUT_MS } from './netns/leg-runtime.js';
 import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { lowerBoundSeconds } from './netns/report.js';
 import { optionsOrExitCode } from './netns/options.js';
-import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
+import { createTestbed, LoopbackHosts, netnsProblem, servicePort, type HostSet } from './netns/testbed.js';
 
 const run = promisify(execFile);
 const MiB = 1024 * 1024;
@@ -137,23 +136,6 @@ async function startScheduler(bench: Bench, port: number, name: string): Promise
   const child = spawnLogged({ hostSet, logDir }, hostSet.control.ns, argv, name);
   await firstMatch(child, SCHEDULER_LISTENING, START_TIMEOUT_MS, name);
   return child;
-}
-
-/** A port that was free a moment ago on 127.0.0.1 (loopback, where every service shares one address). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port from listen(0)');
-  return address.port;
-}
-
-async function port(hostSet: HostSet, fixed: number): Promise<number> {
-  return hostSet.mode === 'loopback' ? freePort() : fixed;
 }
 
 interface HostPaths {
@@ -349,10 +331,10 @@ async function runRow(bench: Bench, kind: RowKind, referenceMs: number): Promise
   const result: RowResult = { kind, fault: '-', hosts: noHosts, originBytes: undefined };
   try {
     paths = await hostPaths(bench, kind, rowDir);
-    const schedulerPort = await port(hostSet, SCHEDULER_PORT);
+    const schedulerPort = await servicePort(hostSet, SCHEDULER_PORT);
     scheduler = { current: await startScheduler(bench, schedulerPort, `${kind}-scheduler`) };
     const schedulerUrl = `http://${hostSet.control.address}:${schedulerPort}`;
-    const ports = await Promise.all(hostSet.hosts.map(() => port(hostSet, AGENT_PORT)));
+    const ports = await Promise.all(hostSet.hosts.map(() => servicePort(hostSet, AGENT_PORT)));
     runs = hostRuns(bench, kind, schedulerUrl, paths, ports);
     const txBefore = await hostSet.txBytes(hostSet.origin.ns);
     const started = performance.now();

@@ -34,7 +34,6 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -96,7 +95,7 @@ import {
   type Setting,
   type UserFlowPhases,
 } from './netns/report.js';
-import { createTestbed, LoopbackHosts, netnsProblem, type HostSet } from './netns/testbed.js';
+import { createTestbed, LoopbackHosts, netnsProblem, servicePort, type HostSet } from './netns/testbed.js';
 import { ensureClusterTokens } from './netns/cluster-tokens.js';
 
 const MiB = 1024 * 1024;
@@ -316,7 +315,7 @@ async function startScheduler(
     CLI,
     'scheduler',
     '--port',
-    String(hostSet.mode === 'loopback' ? await freePort() : SCHEDULER_PORT),
+    String(await servicePort(hostSet, SCHEDULER_PORT)),
     '--host',
     place.address,
     ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
@@ -336,8 +335,7 @@ async function startScheduler(
 /** Each host's agent port: the default in the namespaces, free ones on loopback (one shared address). */
 async function agentPorts(hostSet: HostSet): Promise<number[]> {
   const ports: number[] = [];
-  while (ports.length < hostSet.hosts.length)
-    ports.push(hostSet.mode === 'loopback' ? await freePort() : AGENT_PORT);
+  while (ports.length < hostSet.hosts.length) ports.push(await servicePort(hostSet, AGENT_PORT));
   return ports;
 }
 
@@ -696,19 +694,6 @@ function profileFlags(): string[] {
   const dir = process.env['WEIGHTCAST_PROFILE_DIR'];
   const extra = (process.env['WEIGHTCAST_AGENT_NODE_FLAGS'] ?? '').split(' ').filter((flag) => flag !== '');
   return [...(dir === undefined || dir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`]), ...extra];
-}
-
-/** A port that was free a moment ago on 127.0.0.1 (loopback mode, where every service shares one address). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port from listen(0)');
-  return address.port;
 }
 
 interface Report {

@@ -13,6 +13,7 @@
 import { execFile, execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { promisify } from 'node:util';
 import { ChildRegistry, onAbruptEnd } from './children.js';
 import { planTestbed, tbfArguments, testbedTag, type Endpoint, type TestbedPlan } from './plan.js';
@@ -58,6 +59,23 @@ export interface TestbedOptions {
 }
 
 /** Why netns testbeds cannot run here, or undefined when they can. Creates and deletes one namespace. */
+/**
+ * The port a service listens on: `fixed` in the namespaces (each host has its own address), else one
+ * that was free a moment ago on 127.0.0.1 (loopback, where every service shares one address).
+ */
+export async function servicePort(hostSet: Pick<HostSet, 'mode'>, fixed: number): Promise<number> {
+  if (hostSet.mode !== 'loopback') return fixed;
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('no port from listen(0)');
+  return address.port;
+}
+
 export async function netnsProblem(): Promise<string | undefined> {
   if (process.platform !== 'linux') return `not Linux (${process.platform})`;
   if (process.getuid?.() !== 0) return 'not running as root';
