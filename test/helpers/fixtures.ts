@@ -5,6 +5,9 @@ import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { planSafetensorsLayout, SafetensorsFileWriter } from '../../src/format/safetensors-writer.js';
+import { buildManifest } from '../../src/manifest/build.js';
+import type { Manifest } from '../../src/manifest/manifest.js';
+import { LocalOrigin } from '../../src/origin/local.js';
 
 export async function tempDir(label: string): Promise<{ path: string; cleanup: () => Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), `weightcast-${label}-`));
@@ -64,4 +67,19 @@ export async function sameFiles(a: string, b: string, paths: readonly string[]):
 export async function writeAt(path: string, bytes: Buffer): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   await writeFile(path, bytes);
+}
+
+/** A small model in `<tmp>/origin`, its manifest, and a destination path `<tmp>/dest` for a pull. */
+export async function pullFixture(
+  label: string,
+  pieceSize: number,
+  threads: number,
+): Promise<{ root: string; dest: string; manifest: Manifest; cleanup: () => Promise<void> }> {
+  const dir = await tempDir(label);
+  const root = join(dir.path, 'origin');
+  await writeSmallModel(root);
+  const local = new LocalOrigin(root);
+  const manifest = await buildManifest(local, { pieceSize, threads });
+  await local.close();
+  return { root, dest: join(dir.path, 'dest'), manifest, cleanup: dir.cleanup };
 }

@@ -16,20 +16,14 @@ import { startFileServer } from '../../src/origin/file-server.js';
 import { HttpOrigin } from '../../src/origin/http.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { pull, type PullEvent } from '../../src/pull/pull.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { pullFixture, sameFiles } from '../helpers/fixtures.js';
 
 const PIECE = 64 * 1024;
 
-async function fixture(
+function fixture(
   label: string,
 ): Promise<{ root: string; dest: string; manifest: Manifest; cleanup: () => Promise<void> }> {
-  const dir = await tempDir(label);
-  const root = join(dir.path, 'origin');
-  await writeSmallModel(root);
-  const local = new LocalOrigin(root);
-  const manifest = await buildManifest(local, { pieceSize: PIECE, threads: 1 });
-  await local.close();
-  return { root, dest: join(dir.path, 'dest'), manifest, cleanup: dir.cleanup };
+  return pullFixture(label, PIECE, 1);
 }
 
 /** Pulls until `pieces` pieces are done, then aborts; resolves with the pieces done by then. */

@@ -11,7 +11,7 @@ import { startFileServer, type FaultHook } from '../../src/origin/file-server.js
 import { HttpOrigin } from '../../src/origin/http.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { pull, type PullEvent } from '../../src/pull/pull.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { pullFixture, sameFiles } from '../helpers/fixtures.js';
 
 const PIECE = 64 * 1024;
 const MODEL_FILES = [
@@ -22,16 +22,10 @@ const MODEL_FILES = [
   'sub/empty.txt',
 ];
 
-async function fixture(
+function fixture(
   label: string,
 ): Promise<{ root: string; dest: string; manifest: Manifest; cleanup: () => Promise<void> }> {
-  const dir = await tempDir(label);
-  const root = join(dir.path, 'origin');
-  await writeSmallModel(root);
-  const local = new LocalOrigin(root);
-  const manifest = await buildManifest(local, { pieceSize: PIECE, threads: 2 });
-  await local.close();
-  return { root, dest: join(dir.path, 'dest'), manifest, cleanup: dir.cleanup };
+  return pullFixture(label, PIECE, 2);
 }
 
 function fastHttp(url: string, manifest?: Manifest): HttpOrigin {
