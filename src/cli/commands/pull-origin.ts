@@ -23,7 +23,7 @@ async function openSeedSource(
 }
 
 /** The cluster credential (and TLS) for the catalog and the seed nodes; the TLS for an https:// origin. */
-async function seedAccess(flags: PullFlags): Promise<ServiceAccess> {
+async function clientAccess(flags: PullFlags): Promise<ServiceAccess> {
   const { resolveAccess } = await import('../../auth/credentials.js');
   return (await resolveAccess(flags)).client;
 }
@@ -45,7 +45,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
     const seeded =
       flags.seeds === undefined
         ? undefined
-        : await openSeedSource(src, flags.seeds, manifest, io.signal, await seedAccess(flags));
+        : await openSeedSource(src, flags.seeds, manifest, io.signal, await clientAccess(flags));
     manifest = seeded?.manifest ?? manifest;
     // From the seed tier every node's link is a path of its own: keep a few reads on each.
     const concurrency =
@@ -58,7 +58,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
     // An https:// origin signed by a private CA (weightcast serve --tls-cert, say): --tls-ca trusts it.
     const tls =
       seeded === undefined && /^https:\/\//i.test(src) && (flags.tlsCa ?? flags.tlsCert) !== undefined
-        ? (await seedAccess(flags)).tls
+        ? (await clientAccess(flags)).tls
         : undefined;
     const origin =
       seeded?.origin ??
