@@ -36,6 +36,7 @@ import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
 import { digestMatches, pieceDigest, verifyPiece } from './verify.js';
 import { moveToFinalName, Writeback, writeFully } from './final-file.js';
+import { directEligible, isDirectRefusal, O_DIRECT } from './direct-io.js';
 
 export interface PieceStoreOptions {
   dataDir: string;
@@ -65,6 +66,11 @@ export interface PieceStoreOptions {
   replaceMismatchedFinals?: boolean;
   /** Called when a completed file was moved under its final name (not for files adopted there). */
   onFileFinished?: (fileIndex: number) => void;
+  /**
+   * Write and read pieces whose buffers came from `pieceBuffer` with O_DIRECT, past the page cache
+   * (direct-io.ts), where the file system allows it. Default false.
+   */
+  directIo?: boolean;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -75,6 +81,10 @@ interface FileState {
   final: boolean;
   /** Background flushes while a file bound for a destination fills (final-file.ts). */
   writeback: Writeback;
+  /** The same file opened with O_DIRECT (a partial file, with `directIo`). */
+  direct?: FileHandle | undefined;
+  /** The kernel refused a direct transfer on this file: it goes on buffered. */
+  directRefused?: boolean;
 }
 
 export class PieceStore {
@@ -88,6 +98,7 @@ export class PieceStore {
   /** With `learnDigests`: the digest of each piece held (or, while opening, journalled). */
   private readonly learnt: Array<string | undefined>;
   private closed = false;
+  private directWritten = 0;
 
   private constructor(
     readonly map: PieceMap,
@@ -183,6 +194,11 @@ export class PieceStore {
     return this.heldByteCount;
   }
 
+  /** Bytes written past the page cache (O_DIRECT, with `directIo`). */
+  get directBytes(): number {
+    return this.directWritten;
+  }
+
   get complete(): boolean {
     return this.heldPieces === this.map.pieceCount;
   }
@@ -211,7 +227,7 @@ export class PieceStore {
         : digestMatches(bytes.length, options.digest, where);
     if (!valid) return 'corrupt';
     return this.store(piece, async (file) => {
-      await writeFully(file.handle, bytes, where.offset);
+      if (await writeAt(file, bytes, where.offset)) this.directWritten += bytes.length;
       return digest;
     });
   }
@@ -336,7 +352,7 @@ export class PieceStore {
     this.assertOpen();
     const where = this.map.locate(piece);
     const file = this.files[where.fileIndex] as FileState;
-    await readFully(file.handle, target.subarray(0, where.length), where.offset);
+    await readAt(file, target.subarray(0, where.length), where.offset);
     return where.length;
   }
 
@@ -345,7 +361,7 @@ export class PieceStore {
     this.assertOpen();
     const file = this.files[fileIndex];
     if (file === undefined) throw new RangeError(`no file ${fileIndex}`);
-    await readFully(file.handle, target, offset);
+    await readAt(file, target, offset);
   }
 
   /** Resolves once `piece` is held (immediately if it is). */
@@ -400,7 +416,12 @@ export class PieceStore {
     this.closed = true;
     await this.journal.close().catch(() => undefined);
     await Promise.allSettled(this.files.map((file) => file.writeback.settled()));
-    await Promise.all(this.files.map((file) => file.handle.close().catch(() => undefined)));
+    await Promise.all(
+      this.files.flatMap((file) => [
+        file.handle.close().catch(() => undefined),
+        ...(file.direct === undefined ? [] : [file.direct.close().catch(() => undefined)]),
+      ]),
+    );
   }
 
   private assertOpen(): void {
@@ -636,7 +657,53 @@ async function openDataFile(
     await handle.close();
     throw error;
   }
-  return { handle, remaining: file.pieces.length, final: false, writeback: new Writeback(() => handle) };
+  // A file system without O_DIRECT refuses the open (EINVAL): the file is then written buffered.
+  const direct =
+    options.directIo === true && O_DIRECT !== undefined && file.size > 0
+      ? await open(path, constants.O_RDWR | O_DIRECT).catch(() => undefined)
+      : undefined;
+  return {
+    handle,
+    remaining: file.pieces.length,
+    final: false,
+    writeback: new Writeback(() => handle),
+    direct,
+  };
+}
+
+/**
+ * Writes `bytes` at `position` of the file: past the page cache when the file has a direct handle
+ * and the buffer and range are aligned for it, else buffered. A direct write the kernel refuses is
+ * done again buffered, and the file goes on buffered. Returns whether the bytes went direct.
+ */
+async function writeAt(file: FileState, bytes: Uint8Array, position: number): Promise<boolean> {
+  const direct = file.direct;
+  if (direct !== undefined && file.directRefused !== true && directEligible(bytes, position)) {
+    try {
+      await writeFully(direct, bytes, position);
+      return true;
+    } catch (error) {
+      if (!isDirectRefusal(error)) throw error;
+      file.directRefused = true;
+    }
+  }
+  await writeFully(file.handle, bytes, position);
+  return false;
+}
+
+/** Reads `target.length` bytes at `position`, directly where writeAt would write directly. */
+async function readAt(file: FileState, target: Uint8Array, position: number): Promise<void> {
+  const direct = file.direct;
+  if (direct !== undefined && file.directRefused !== true && directEligible(target, position)) {
+    try {
+      await readFully(direct, target, position);
+      return;
+    } catch (error) {
+      if (!isDirectRefusal(error)) throw error;
+      file.directRefused = true;
+    }
+  }
+  await readFully(file.handle, target, position);
 }
 
 async function readFully(handle: FileHandle, target: Uint8Array, position: number): Promise<void> {

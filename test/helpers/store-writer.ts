@@ -1,7 +1,7 @@
 /**
  * A child process for the piece layer's kill -9 test: opens a PieceStore and stores pieces 0, 1, 2,
  * ... of a model from its source directory, one way (`inline`, `digest` from a hash worker, `copy`
- * by a hash worker), printing each piece's number once `put` returned, then waits to be killed.
+ * by a hash worker, `direct` from an aligned buffer), printing each piece's number once `put` returned, then waits to be killed.
  * Argument: a JSON file { manifest, source, options, way, count }.
  */
 
@@ -11,8 +11,10 @@ import { HashPool } from '../../src/manifest/hash-pool.js';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { PieceStore, type PieceStoreOptions } from '../../src/piece/store.js';
+import { enableDirectIo, pieceBuffer } from '../../src/piece/direct-io.js';
 
-export type StoreWay = 'inline' | 'digest' | 'copy';
+/** `direct`: inline, from a buffer aligned for O_DIRECT (pieceBuffer), into a store with directIo. */
+export type StoreWay = 'inline' | 'digest' | 'copy' | 'direct';
 
 export interface StoreWriterJob {
   manifest: Manifest;
@@ -39,6 +41,12 @@ export async function storePiece(
       ? (await readFile(path)).subarray(where.offset, where.offset + where.length)
       : await bytesOf(piece);
   if (way === 'inline') return store.put(piece, bytes);
+  if (way === 'direct') {
+    enableDirectIo(source);
+    const aligned = pieceBuffer(bytes.length);
+    aligned.set(bytes);
+    return store.put(piece, aligned);
+  }
   const buffer = new ArrayBuffer(bytes.length);
   new Uint8Array(buffer).set(bytes);
   const hashed = await pool.hashBuffer(buffer, bytes.length);

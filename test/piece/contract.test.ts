@@ -93,11 +93,11 @@ function firstLines(child: ReturnType<typeof spawn>, count: number): Promise<num
   });
 }
 
-for (const way of ['inline', 'digest', 'copy'] as const) {
+for (const way of ['inline', 'digest', 'copy', 'direct'] as const) {
   describe(`the piece layer, pieces stored ${way}`, () => {
     it('writes and counts only verified bytes', async () => {
       const at = dirs(`verified-${way}`);
-      const store = await PieceStore.open(map, { ...at, hashThreads: 0 });
+      const store = await PieceStore.open(map, { ...at, hashThreads: 0, directIo: way === 'direct' });
       try {
         const { index, path, pieces } = largestFile();
         const piece = pieces[1] as number;
@@ -120,7 +120,7 @@ for (const way of ['inline', 'digest', 'copy'] as const) {
 
     it('puts a file under its final name only when every piece of it is verified', async () => {
       const at = dirs(`final-${way}`);
-      const store = await PieceStore.open(map, { ...at, hashThreads: 0 });
+      const store = await PieceStore.open(map, { ...at, hashThreads: 0, directIo: way === 'direct' });
       try {
         const { path, pieces } = largestFile();
         for (const piece of pieces.slice(0, -1)) await storePiece(store, pool, source, piece, way);
@@ -136,7 +136,7 @@ for (const way of ['inline', 'digest', 'copy'] as const) {
 
     it('after a kill -9 reopens with every piece it acknowledged, and fetches none of them again', async () => {
       const at = dirs(`killed-${way}`);
-      const options: PieceStoreOptions = { ...at, hashThreads: 0 };
+      const options: PieceStoreOptions = { ...at, hashThreads: 0, directIo: way === 'direct' };
       const jobPath = join(work.path, `killed-${way}.json`);
       const job: StoreWriterJob = { manifest, source, options, way, count: map.pieceCount - 1 };
       await writeFile(jobPath, JSON.stringify(job));

@@ -26,6 +26,8 @@ export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   downloadMbps?: string;
   uploads: string;
   destinationRoot: string[];
+  /** false with --no-direct-io. */
+  directIo: boolean;
   injectCorruptUploads?: boolean;
   role: string;
   originRetryS?: string;
@@ -54,6 +56,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       ...(seed === undefined ? {} : { seedRoutes: seed.handle }),
       schedulerUrl: flags.scheduler,
       cacheDir: flags.cache,
+      directIo: flags.directIo,
       host: flags.host,
       port,
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),

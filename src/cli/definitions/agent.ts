@@ -26,6 +26,10 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
       (dir: string, dirs: string[]) => [...dirs, dir],
       [] as string[],
     )
+    .option(
+      '--no-direct-io',
+      'write and read pieces through the page cache (default: O_DIRECT where the file system allows it, which saves a copy of every byte but leaves the files out of the page cache)',
+    )
     // Fault injection for tests and demos: this agent serves wrong bytes on purpose.
     .addOption(new Option('--inject-corrupt-uploads').hideHelp())
     .addOption(

@@ -49,6 +49,7 @@ import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
+import { directIoEnabled, enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 
@@ -67,6 +68,11 @@ export interface AgentOptions {
   /** Caps this agent enforces on itself; undefined = no cap. */
   uploadBytesPerSecond?: number;
   downloadBytesPerSecond?: number;
+  /**
+   * Write verified pieces to disk and read them back for peers with O_DIRECT, past the page cache,
+   * where the file system allows it (src/piece/direct-io.ts). Default true.
+   */
+  directIo?: boolean;
   /** Concurrent piece uploads; more requests get 503 SWARM_BUSY. Default 8. */
   uploadsMax?: number;
   /** Concurrent piece downloads per model. Default 8. */
@@ -235,6 +241,7 @@ export class Agent {
   static async start(options: AgentOptions): Promise<Agent> {
     const agent = new Agent(options);
     await mkdir(options.cacheDir, { recursive: true });
+    if (options.directIo !== false) enableDirectIo(options.cacheDir);
     agent.name = options.name ?? (await agent.loadName());
     await agent.listen();
     await agent.warmUp();
@@ -351,14 +358,16 @@ export class Agent {
       options.store === undefined && options.to !== undefined
         ? await this.allowedDestination(options.to)
         : undefined;
+    const directIo = directIoEnabled();
     const storeOptions =
       options.store ??
       (to === undefined
-        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir }
+        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir, directIo }
         : {
             dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
             stateDir: modelDir,
             finalDir: to,
+            directIo,
           });
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.

@@ -13,6 +13,7 @@ import type { PieceMap } from '../../piece/piece-map.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { Report } from '../wire/protocol.js';
 import type { MemberStore } from './member-store.js';
+import { pieceBuffer } from '../../piece/direct-io.js';
 import { PeerReader } from './peer-reader.js';
 
 export interface MemberStats {
@@ -124,7 +125,7 @@ export class PieceFetcher {
     source: string,
     signal: AbortSignal,
   ): Promise<FetchResult> {
-    const buffer = this.buffers.pop() ?? Buffer.allocUnsafeSlow(this.options.map.pieceSize);
+    const buffer = this.buffers.pop() ?? pieceBuffer(this.options.map.pieceSize);
     const result = await this.fetchInto(fetch, source, signal, buffer.subarray(0, fetch.length));
     // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
     // buffers whose read completed go back to the pool.

@@ -4,6 +4,8 @@
  * buffers, so that serving does not allocate a multi-MiB buffer per piece.
  */
 
+import { pieceBuffer } from '../../piece/direct-io.js';
+
 export class UploadSlots {
   private active = 0;
   private readonly pool: Buffer[] = [];
@@ -32,7 +34,7 @@ export class UploadSlots {
   take(length: number, pooledLength: number): Buffer {
     const pooled = this.pool.pop();
     if (pooled !== undefined && pooled.length >= length) return pooled;
-    return Buffer.allocUnsafeSlow(Math.max(length, pooledLength));
+    return pieceBuffer(Math.max(length, pooledLength));
   }
 
   /** Returns a buffer no write refers to any more; the pool keeps one per slot. */

@@ -1,0 +1,128 @@
+/**
+ * Direct I/O for piece bytes: verified pieces written with O_DIRECT go from the piece buffer to the
+ * disk without a copy into the page cache, and pieces served to peers are read back the same way.
+ *
+ * Why: a buffered write copies every byte into page-cache pages and leaves them dirty for the
+ * kernel's writeback. Measured on the development VM (1 GiB in 512 KiB pieces from one reused
+ * buffer, `node` with `process.cpuUsage`): 1.9-2.4 kernel CPU-s buffered (the copy into pages the
+ * VM had not touched yet is most of it), 0.12 with O_DIRECT, and 3.5 times faster. A host that
+ * writes a multi-GiB model as fast as its NIC delivers it also keeps the page cache (and the
+ * writeback throttling of dirty pages) out of the way of the job waiting for the weights.
+ *
+ * O_DIRECT wants the buffer's address, the file offset and the length aligned to the device's
+ * logical block size. Offsets and lengths of pieces are multiples of the piece size, except a file's
+ * last piece; a buffer's address cannot be read from JavaScript, so `pieceBuffer` allocates a block
+ * more than asked and finds the aligned start by trying direct writes of one block at each 16-byte
+ * step into a probe file (unlinked at once; the kernel refuses a misaligned one with EINVAL before
+ * any I/O). Buffers made that way are remembered; `directEligible` tells whether a view of one may
+ * go to disk directly. Anything else (a file's last piece, a buffer from elsewhere, a file system
+ * without O_DIRECT, such as an older tmpfs) takes the ordinary buffered path, and a direct write or
+ * read that the kernel refuses with EINVAL is done buffered and turns direct I/O off for that file.
+ */
+
+import { closeSync, constants, openSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** Offsets and lengths that go direct are multiples of this (the largest common logical block size). */
+export const DIRECT_ALIGNMENT = 4096;
+/** malloc's alignment: the steps at which an aligned start is looked for. */
+const ADDRESS_STEP = 16;
+
+/** For each buffer made here: the byte offset in its memory where an aligned view starts. */
+const alignedStarts = new WeakMap<ArrayBufferLike, number>();
+
+interface Probe {
+  /** Where probe files are made (and unlinked at once): on the file system the pieces go to. */
+  dir: string;
+  /** Where the last buffer's aligned start was: allocations of one size tend to repeat it. */
+  lastStart: number;
+}
+
+/** undefined: not tried yet; null: this process cannot use direct I/O (see enableDirectIo). */
+let probe: Probe | null | undefined;
+
+/** The flag to open a file for direct I/O, or undefined where the platform has none. */
+export const O_DIRECT: number | undefined = (constants as { O_DIRECT?: number }).O_DIRECT;
+
+/**
+ * Turns direct I/O on for this process, probing alignment against a file in `dir` (a directory on
+ * the file system the pieces go to). Returns whether it is on. Idempotent; the first call decides.
+ */
+export function enableDirectIo(dir: string): boolean {
+  if (probe !== undefined) return probe !== null;
+  probe = { dir, lastStart: 0 };
+  if (O_DIRECT === undefined || alignedStart(Buffer.allocUnsafeSlow(2 * DIRECT_ALIGNMENT)) === undefined)
+    probe = null;
+  return probe !== null;
+}
+
+/** Whether enableDirectIo turned direct I/O on. */
+export function directIoEnabled(): boolean {
+  return probe !== undefined && probe !== null;
+}
+
+/**
+ * A buffer of `length` bytes for piece I/O: aligned for direct I/O when it is on (see above), a
+ * plain one otherwise. Costs a probe of a few system calls, so pool these buffers.
+ */
+export function pieceBuffer(length: number): Buffer {
+  if (probe === undefined || probe === null) return Buffer.allocUnsafeSlow(length);
+  const padded = Buffer.allocUnsafeSlow(length + DIRECT_ALIGNMENT);
+  const start = alignedStart(padded);
+  if (start === undefined) return padded.subarray(0, length);
+  alignedStarts.set(padded.buffer, padded.byteOffset + start);
+  return padded.subarray(start, start + length);
+}
+
+/** Whether `view` at file offset `position` may be written or read with O_DIRECT. */
+export function directEligible(view: Uint8Array, position: number): boolean {
+  const start = alignedStarts.get(view.buffer);
+  return (
+    start !== undefined &&
+    (view.byteOffset - start) % DIRECT_ALIGNMENT === 0 &&
+    view.length % DIRECT_ALIGNMENT === 0 &&
+    view.length > 0 &&
+    position % DIRECT_ALIGNMENT === 0
+  );
+}
+
+/** Whether an error is the kernel refusing a direct transfer (alignment, or no O_DIRECT there). */
+export function isDirectRefusal(error: unknown): boolean {
+  return (error as NodeJS.ErrnoException | undefined)?.code === 'EINVAL';
+}
+
+/**
+ * The offset in `buffer` (of at least two blocks) where a direct write succeeds, if any. The probe
+ * file is open only for this (an fd held for the process's life would keep its file system busy).
+ */
+function alignedStart(buffer: Buffer): number | undefined {
+  const current = probe;
+  if (current === undefined || current === null || O_DIRECT === undefined) return undefined;
+  const path = join(current.dir, `.direct-io-probe-${process.pid}`);
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC | O_DIRECT, 0o600);
+  } catch {
+    return undefined;
+  }
+  try {
+    unlinkSync(path);
+    const candidates = DIRECT_ALIGNMENT / ADDRESS_STEP;
+    for (let i = 0; i < candidates; i++) {
+      const start = (current.lastStart + i * ADDRESS_STEP) % DIRECT_ALIGNMENT;
+      try {
+        writeSync(fd, buffer, start, DIRECT_ALIGNMENT, 0);
+      } catch (error) {
+        if (isDirectRefusal(error)) continue;
+        return undefined;
+      }
+      current.lastStart = start;
+      return start;
+    }
+    return undefined;
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(fd);
+  }
+}
