@@ -104,9 +104,14 @@ async function openSeedNode(
   });
 }
 
+/**
+ * Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every piece with a wall-clock time, to study a run's
+ * timing. Read once: the environment is a slow lookup, and events come once per piece.
+ */
+const TRACE_PIECES = process.env['WEIGHTCAST_TRACE_PIECES'] === '1';
+
 function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
-  // Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every piece with a wall-clock time, to study a run's timing.
-  if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1' && event.type === 'piece') {
+  if (TRACE_PIECES && event.type === 'piece') {
     io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), ...event }) + '\n');
   }
   if (json) {
