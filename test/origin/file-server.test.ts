@@ -94,6 +94,33 @@ test('the file server answers ranges, HEAD and errors byte-exactly', async () =>
   }
 });
 
+test('a body of several read buffers arrives whole, and a client leaving mid-body stalls no one', async () => {
+  const size = 3 * 1024 * 1024 + 12_345;
+  const model = await makeTempModel({ 'big.bin': size });
+  const server = await serve(model.dir);
+  const expected = fileBytes(model, 'big.bin');
+  try {
+    // A client that reads the first bytes of the body and leaves.
+    const url = new URL(server.url);
+    const leaving = request({ host: url.hostname, port: url.port, path: '/big.bin', agent: false });
+    leaving.end();
+    const [response] = (await once(leaving, 'response')) as [import('node:http').IncomingMessage];
+    await once(response, 'data');
+    leaving.destroy();
+    for (let round = 0; round < 3; round++) {
+      const whole = await fetchRaw(server.url, '/big.bin');
+      assert.equal(whole.status, 200);
+      assert.ok(whole.body.equals(expected), `round ${round}: the whole file`);
+    }
+    const across = await fetchRaw(server.url, '/big.bin', { range: 'bytes=1048000-2097999' });
+    assert.equal(across.status, 206);
+    assert.ok(across.body.equals(expected.subarray(1_048_000, 2_098_000)));
+  } finally {
+    await server.close();
+    await model.remove();
+  }
+});
+
 test('the file server requires the bearer token when it has one', async () => {
   const model = await makeTempModel({ 'x.bin': 10 });
   const server = await serve(model.dir, undefined, 'sesame');
