@@ -77,15 +77,17 @@ export class HashPool {
   }
 
   /**
-   * SHA-256 of the first `length` bytes of `buffer`. The buffer is transferred to a worker and back:
-   * the caller must use the returned buffer, the one passed in is detached meanwhile.
+   * SHA-256 of `length` bytes of `buffer` from `offset`. The buffer is transferred to a worker and
+   * back (the same memory): the caller must use the returned buffer, the one passed in is detached
+   * meanwhile.
    */
   async hashBuffer(
     buffer: ArrayBuffer,
     length: number,
     signal?: AbortSignal,
+    offset = 0,
   ): Promise<{ digest: string; buffer: ArrayBuffer }> {
-    const response = await this.submit({ kind: 'buffer', buffer, length }, signal);
+    const response = await this.submit({ kind: 'buffer', buffer, offset, length }, signal);
     if (response.buffer === undefined) throw new Error('hash worker did not return the buffer');
     if (!response.ok)
       throw new WeightcastError('IO', `hashing a buffer failed: ${response.error ?? 'unknown'}`);

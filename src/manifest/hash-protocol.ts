@@ -14,7 +14,7 @@ export type HashRequest =
       /** Compute the per-piece digests (false for a whole-file-only job). */
       pieces: boolean;
     }
-  | { id: number; kind: 'buffer'; buffer: ArrayBuffer; length: number }
+  | { id: number; kind: 'buffer'; buffer: ArrayBuffer; offset: number; length: number }
   | {
       id: number;
       kind: 'copy';

@@ -86,7 +86,7 @@ function copyPiece(request: Extract<HashRequest, { kind: 'copy' }>): HashRespons
 function handle(request: HashRequest): { response: HashResponse; transfer: ArrayBuffer[] } {
   if (request.kind === 'pieces') return { response: hashPieces(request), transfer: [] };
   if (request.kind === 'copy') return { response: copyPiece(request), transfer: [] };
-  const view = new Uint8Array(request.buffer, 0, request.length);
+  const view = new Uint8Array(request.buffer, request.offset, request.length);
   const digest = createHash('sha256').update(view).digest('hex');
   return {
     response: { id: request.id, ok: true, digests: [digest], buffer: request.buffer },

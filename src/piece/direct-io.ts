@@ -46,19 +46,24 @@ export const O_DIRECT: number | undefined = (constants as { O_DIRECT?: number })
 
 /**
  * Turns direct I/O on for this process, probing alignment against a file in `dir` (a directory on
- * the file system the pieces go to). Returns whether it is on. Idempotent; the first call decides.
+ * the file system the pieces go to; later buffers are probed there). Returns whether it is on: off
+ * where `dir` refuses O_DIRECT, until a call with another directory turns it on again. Buffers made
+ * before stay as they are (a misaligned one only costs a refused transfer, done buffered).
  */
 export function enableDirectIo(dir: string): boolean {
-  if (probe !== undefined) return probe !== null;
-  probe = { dir, lastStart: 0 };
-  if (O_DIRECT === undefined || alignedStart(Buffer.allocUnsafeSlow(2 * DIRECT_ALIGNMENT)) === undefined)
-    probe = null;
+  if (O_DIRECT === undefined) return false;
+  probe = { dir, lastStart: probe?.lastStart ?? 0 };
+  if (alignedStart(Buffer.allocUnsafeSlow(2 * DIRECT_ALIGNMENT)) === undefined) probe = null;
   return probe !== null;
 }
 
-/** Whether enableDirectIo turned direct I/O on. */
-export function directIoEnabled(): boolean {
-  return probe !== undefined && probe !== null;
+/**
+ * `to` is `from` transferred to a worker and back: the same memory under a new object, so an aligned
+ * start `from` had holds for `to`.
+ */
+export function carryAlignment(from: ArrayBufferLike, to: ArrayBufferLike): void {
+  const start = alignedStarts.get(from);
+  if (start !== undefined) alignedStarts.set(to, start);
 }
 
 /**

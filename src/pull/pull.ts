@@ -40,6 +40,7 @@ import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
 import { PieceMap } from '../piece/piece-map.js';
 import { PieceStore } from '../piece/store.js';
+import { carryAlignment, enableDirectIo, pieceBuffer } from '../piece/direct-io.js';
 
 export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
 export const PIECE_RETRIES_DEFAULT = 3;
@@ -66,6 +67,11 @@ export interface PullOptions {
   /** How often a piece whose bytes fail verification is fetched again before the pull fails. */
   pieceRetries?: number;
   hashThreads?: number;
+  /**
+   * Write pieces with O_DIRECT, past the page cache, where the destination's file system allows it
+   * (src/piece/direct-io.ts). Default true.
+   */
+  directIo?: boolean;
   signal?: AbortSignal;
   onEvent?: (event: PullEvent) => void;
 }
@@ -165,6 +171,7 @@ async function preparePull(
     learnDigests: manifest === undefined,
     replaceMismatchedFinals: true,
     onFileFinished,
+    directIo: options.directIo !== false && enableDirectIo(partialDir),
   });
   return { dest, stateDir, partialDir, trust, manifest, map, store, fileReports };
 }
@@ -272,7 +279,7 @@ async function runPull(
     for (const index of early) fileComplete(map, index, options);
     let next = 0;
     const lane = async (): Promise<void> => {
-      const laneState: Lane = { buffer: undefined };
+      const laneState: Lane = { buffer: undefined, start: 0 };
       for (let piece = jobs[next++]; piece !== undefined; piece = jobs[next++]) {
         if (signal.aborted) throw abortError(signal, 'the pull');
         await fetchPiece(origin, state, piece, laneState, { options, pool, counters, signal });
@@ -341,7 +348,9 @@ interface LaneContext {
 
 /** A lane's piece buffer, allocated on first use (local copies never need one). */
 interface Lane {
+  /** The lane's piece buffer (from pieceBuffer: aligned for direct I/O at `start`). */
   buffer: ArrayBuffer | undefined;
+  start: number;
 }
 
 /** Fetches one piece into the store, fetching it again if its bytes are wrong. */
@@ -394,12 +403,18 @@ async function transferPiece(
     const { result, digest } = await state.store.copyFrom(piece, source, context.pool, context.signal);
     return { digest, stored: result !== 'corrupt' };
   }
-  lane.buffer ??= new ArrayBuffer(state.map.pieceSize);
-  const target = new Uint8Array(lane.buffer, 0, where.length);
+  if (lane.buffer === undefined) {
+    const view = pieceBuffer(state.map.pieceSize);
+    lane.buffer = view.buffer as ArrayBuffer;
+    lane.start = view.byteOffset;
+  }
+  const target = new Uint8Array(lane.buffer, lane.start, where.length);
   await origin.readInto(where.file.path, where.offset, target, { signal: context.signal });
-  const hashed = await context.pool.hashBuffer(lane.buffer, where.length, context.signal);
+  const sent = lane.buffer;
+  const hashed = await context.pool.hashBuffer(sent, where.length, context.signal, lane.start);
   lane.buffer = hashed.buffer;
-  const bytes = new Uint8Array(lane.buffer, 0, where.length);
+  carryAlignment(sent, lane.buffer);
+  const bytes = new Uint8Array(lane.buffer, lane.start, where.length);
   const result = await state.store.put(piece, bytes, { digest: hashed.digest });
   return { digest: hashed.digest, stored: result !== 'corrupt' };
 }

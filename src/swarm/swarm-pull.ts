@@ -25,6 +25,8 @@ export interface SwarmPullOptions {
   uploadBytesPerSecond?: number;
   downloadBytesPerSecond?: number;
   token?: string;
+  /** Write with O_DIRECT where the file system allows it (AgentOptions.directIo). Default true. */
+  directIo?: boolean;
   /** How long an origin read waits out an outage (AgentOptions.originRetryBudgetMs). */
   originRetryBudgetMs?: number;
   /** Who may read pieces from this pull while it runs (the cluster token); see AgentOptions. */
@@ -59,6 +61,7 @@ export async function swarmPull(
     schedulerUrl: options.schedulerUrl,
     cacheDir: stateDir,
     resume: false,
+    ...(options.directIo === false ? { directIo: false } : {}),
     ...(options.host === undefined ? {} : { host: options.host }),
     ...(options.port === undefined ? {} : { port: options.port }),
     ...(options.advertiseUrl === undefined ? {} : { advertiseUrl: options.advertiseUrl }),

@@ -68,6 +68,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
       const result = await pull(origin, flags.to, {
         concurrency,
         memoryBytes,
+        ...(flags.directIo === false ? { directIo: false } : {}),
         signal: io.signal,
         onEvent: (event) => onPullEvent(event, progress, io, json),
         ...(manifest !== undefined ? { manifest } : {}),

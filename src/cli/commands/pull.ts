@@ -33,6 +33,8 @@ export interface PullFlags extends AccessFlags {
   uploadMbps?: string;
   downloadMbps?: string;
   seeds?: string;
+  /** false with --no-direct-io. */
+  directIo?: boolean;
 }
 
 /**
@@ -196,6 +198,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),
         ...(download === undefined ? {} : { downloadBytesPerSecond: download }),
         ...(token === undefined || token === '' ? {} : { token }),
+        ...(flags.directIo === false ? { directIo: false } : {}),
         credentials: access.credentials,
         access: access.client,
         ...(access.serverTls === undefined ? {} : { tls: access.serverTls }),

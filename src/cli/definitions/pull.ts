@@ -40,6 +40,10 @@ export const registerPull: RegisterCommand = (program, io, setExitCode) => {
       '--seeds <url>',
       "read from the seed tier whose catalog this scheduler keeps; SRC is the model's digest",
     )
+    .option(
+      '--no-direct-io',
+      'from the origin or with --scheduler: write through the page cache (default: O_DIRECT where the file system allows it: a copy of every byte saved, but the files are not left in the page cache; through an agent, the agent decides)',
+    )
     .option('--listen <host:port>', 'with --scheduler: where this pull serves pieces to peers', '127.0.0.1:0')
     .option(
       '--insecure',

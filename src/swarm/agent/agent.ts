@@ -49,7 +49,7 @@ import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
-import { directIoEnabled, enableDirectIo } from '../../piece/direct-io.js';
+import { enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 
@@ -212,6 +212,8 @@ export class Agent {
   private readonly uploadThrottle: Throttle;
   private readonly downloadThrottle: Throttle;
   private readonly uploads: UploadSlots;
+  /** Stores write with O_DIRECT (AgentOptions.directIo, where the cache's file system allows it). */
+  private directIo = false;
   private readonly peerWire: PeerWireServer;
   private readonly gate: Gate;
   private localReads = 0;
@@ -241,7 +243,7 @@ export class Agent {
   static async start(options: AgentOptions): Promise<Agent> {
     const agent = new Agent(options);
     await mkdir(options.cacheDir, { recursive: true });
-    if (options.directIo !== false) enableDirectIo(options.cacheDir);
+    agent.directIo = options.directIo !== false && enableDirectIo(options.cacheDir);
     agent.name = options.name ?? (await agent.loadName());
     await agent.listen();
     await agent.warmUp();
@@ -358,7 +360,7 @@ export class Agent {
       options.store === undefined && options.to !== undefined
         ? await this.allowedDestination(options.to)
         : undefined;
-    const directIo = directIoEnabled();
+    const directIo = this.directIo;
     const storeOptions =
       options.store ??
       (to === undefined
