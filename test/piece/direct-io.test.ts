@@ -1,17 +1,26 @@
 /**
  * Direct I/O for piece bytes (src/piece/direct-io.ts): which buffers may go past the page cache, and
  * a store that writes them so: every aligned piece direct, a file's unaligned last piece buffered,
- * the files complete and correct, pieces read back either way.
+ * the files complete and correct, pieces read back either way; and a direct write the kernel refuses
+ * (EINVAL), done buffered instead with every byte still right.
  */
 
 import assert from 'node:assert/strict';
+import { closeSync, constants, openSync, unlinkSync, writeSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildManifest } from '../../src/manifest/build.js';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
-import { DIRECT_ALIGNMENT, directEligible, enableDirectIo, pieceBuffer } from '../../src/piece/direct-io.js';
+import {
+  DIRECT_ALIGNMENT,
+  O_DIRECT,
+  carryAlignment,
+  directEligible,
+  enableDirectIo,
+  pieceBuffer,
+} from '../../src/piece/direct-io.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { PieceStore } from '../../src/piece/store.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
@@ -38,6 +47,29 @@ before(async () => {
 after(async () => {
   await work.cleanup();
 });
+
+/** Stores every piece of the model, each copied into `buffer` first; returns the store's direct bytes. */
+async function storeAll(root: string, buffer: Buffer): Promise<number> {
+  const store = await PieceStore.open(map, {
+    dataDir: join(root, 'partial'),
+    stateDir: join(root, 'state'),
+    finalDir: join(root, 'final'),
+    hashThreads: 0,
+    directIo: true,
+  });
+  try {
+    for (let piece = 0; piece < map.pieceCount; piece++) {
+      const where = map.locate(piece);
+      const original = await readFile(join(source, where.file.path));
+      const bytes = buffer.subarray(0, where.length);
+      bytes.set(original.subarray(where.offset, where.offset + where.length));
+      assert.equal(await store.put(piece, bytes), 'stored');
+    }
+    return store.directBytes;
+  } finally {
+    await store.close();
+  }
+}
 
 describe('direct I/O', () => {
   it('lets only aligned views of its own buffers go direct', (t) => {
@@ -99,5 +131,43 @@ describe('direct I/O', () => {
     } finally {
       await store.close();
     }
+  });
+});
+
+describe('a direct transfer the kernel refuses', () => {
+  it('is done buffered, the file goes on buffered, and every byte is right', async (t) => {
+    if (!direct || O_DIRECT === undefined) return t.skip('no O_DIRECT on this file system');
+    // Fault injection: memory whose alignment the process misjudges. A plain buffer is given the
+    // aligned start of one made by pieceBuffer, and only one whose view there the kernel refuses
+    // (tried on a probe file with O_DIRECT) is used.
+    const donor = pieceBuffer(PIECE);
+    const probePath = join(work.path, 'refusal-probe');
+    const fd = openSync(probePath, constants.O_RDWR | constants.O_CREAT | O_DIRECT, 0o600);
+    let misjudged: Buffer | undefined;
+    try {
+      for (let i = 0; i < 64 && misjudged === undefined; i++) {
+        const plain = Buffer.allocUnsafeSlow(PIECE + DIRECT_ALIGNMENT + 16 * i);
+        try {
+          writeSync(fd, plain, donor.byteOffset, DIRECT_ALIGNMENT, 0);
+        } catch {
+          carryAlignment(donor.buffer, plain.buffer);
+          misjudged = plain.subarray(donor.byteOffset, donor.byteOffset + PIECE);
+        }
+      }
+    } finally {
+      closeSync(fd);
+      unlinkSync(probePath);
+    }
+    if (misjudged === undefined) return t.skip('the kernel took every buffer tried');
+    assert.equal(directEligible(misjudged, 0), true, 'eligible as far as the process can tell');
+    const root = join(work.path, 'refused');
+    assert.equal(await storeAll(root, misjudged), 0);
+    assert.ok(
+      await sameFiles(
+        source,
+        join(root, 'final'),
+        manifest.files.map((file) => file.path),
+      ),
+    );
   });
 });
