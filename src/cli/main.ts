@@ -8,18 +8,23 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { EXIT_USAGE, processIo, type CliIo } from './io.js';
-import { COMMANDS } from './definitions/index.js';
+import { definitionsFor, type RegisterCommand } from './definitions/index.js';
 
 export type { CliIo } from './io.js';
 
-export function buildProgram(io: CliIo, setExitCode: (code: number) => void): Command {
+/** The program with the given command definitions (definitionsFor picks them for a command line). */
+export function buildProgram(
+  io: CliIo,
+  setExitCode: (code: number) => void,
+  definitions: readonly RegisterCommand[],
+): Command {
   const program = new Command('weightcast')
     .description('Move large model weights to many hosts, fast, verified, with bounded memory.')
     .exitOverride()
     .configureOutput({ writeOut: (s) => io.stdout(s), writeErr: (s) => io.stderr(s) })
     .version(packageVersion())
     .showHelpAfterError('(run with --help for usage)');
-  for (const register of COMMANDS) register(program, io, setExitCode);
+  for (const register of definitions) register(program, io, setExitCode);
   return program;
 }
 
@@ -31,9 +36,13 @@ function packageVersion(): string {
 
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   let exitCode = 0;
-  const program = buildProgram(io, (code) => {
-    exitCode = code;
-  });
+  const program = buildProgram(
+    io,
+    (code) => {
+      exitCode = code;
+    },
+    await definitionsFor(argv),
+  );
   try {
     await program.parseAsync([...argv], { from: 'user' });
   } catch (error) {
