@@ -48,8 +48,11 @@ after(async () => {
   await work.cleanup();
 });
 
-/** Stores every piece of the model, each copied into `buffer` first; returns the store's direct bytes. */
-async function storeAll(root: string, buffer: Buffer): Promise<number> {
+/**
+ * A store with direct I/O under `root` (files finished into `root/final`), given every piece of the
+ * model, each copied into `buffer` before its put. The caller closes it.
+ */
+async function storeAll(root: string, buffer: Buffer): Promise<PieceStore> {
   const store = await PieceStore.open(map, {
     dataDir: join(root, 'partial'),
     stateDir: join(root, 'state'),
@@ -65,10 +68,11 @@ async function storeAll(root: string, buffer: Buffer): Promise<number> {
       bytes.set(original.subarray(where.offset, where.offset + where.length));
       assert.equal(await store.put(piece, bytes), 'stored');
     }
-    return store.directBytes;
-  } finally {
+  } catch (error) {
     await store.close();
+    throw error;
   }
+  return store;
 }
 
 describe('direct I/O', () => {
@@ -90,22 +94,12 @@ describe('direct I/O', () => {
 
   it('stores aligned pieces past the page cache and a file’s last piece buffered, all correct', async () => {
     const root = join(work.path, 'store');
-    const store = await PieceStore.open(map, {
-      dataDir: join(root, 'partial'),
-      stateDir: join(root, 'state'),
-      finalDir: join(root, 'final'),
-      hashThreads: 0,
-      directIo: true,
-    });
+    const store = await storeAll(root, pieceBuffer(PIECE));
     try {
       let aligned = 0;
       for (let piece = 0; piece < map.pieceCount; piece++) {
-        const where = map.locate(piece);
-        const original = await readFile(join(source, where.file.path));
-        const bytes = pieceBuffer(where.length);
-        bytes.set(original.subarray(where.offset, where.offset + where.length));
-        if (where.length % DIRECT_ALIGNMENT === 0) aligned += where.length;
-        assert.equal(await store.put(piece, bytes), 'stored');
+        const length = map.pieceLength(piece);
+        if (length % DIRECT_ALIGNMENT === 0) aligned += length;
       }
       assert.ok(aligned > 0, 'the model has aligned pieces');
       assert.equal(store.directBytes, direct ? aligned : 0);
@@ -161,7 +155,9 @@ describe('a direct transfer the kernel refuses', () => {
     if (misjudged === undefined) return t.skip('the kernel took every buffer tried');
     assert.equal(directEligible(misjudged, 0), true, 'eligible as far as the process can tell');
     const root = join(work.path, 'refused');
-    assert.equal(await storeAll(root, misjudged), 0);
+    const store = await storeAll(root, misjudged);
+    assert.equal(store.directBytes, 0);
+    await store.close();
     assert.ok(
       await sameFiles(
         source,
