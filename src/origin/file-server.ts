@@ -283,9 +283,9 @@ const POOLED_BUFFERS_MAX = 16;
 /**
  * The plain path (no pacing, no injected fault): the slice is read into a reused buffer by
  * positioned reads and written to the response, the next read once the socket has taken the last
- * write. A read stream allocates a fresh buffer for every chunk; on this machine's VM each is new
- * memory, whose first touch costs more than the copy (`npm run bench:fanout`: the origin's user
- * CPU per GiB it sent, ~2.3 CPU-s before). A client that goes away ends the response.
+ * write. A read stream allocates a fresh buffer for every chunk (new memory each time). Measured
+ * serving a 1 GiB file twice to `curl -o /dev/null` on loopback: 1.40-1.52 server CPU-s with the
+ * stream, 1.12-1.28 this way. A client that goes away ends the response.
  */
 async function sendPooled(context: Context, response: ServerResponse, slice: Slice): Promise<void> {
   if (slice.start > slice.end) return void response.end();

@@ -35,9 +35,6 @@ const DEFINITIONS: ReadonlyArray<readonly [name: string, load: () => Promise<Reg
   ['serve', async () => (await import('./serve.js')).registerServe],
 ];
 
-/** Every subcommand's name, in help order. */
-export const COMMAND_NAMES: readonly string[] = DEFINITIONS.map(([name]) => name);
-
 /**
  * The definitions `argv` needs: the named command's alone when its first word is a command, else all
  * of them (help, the version, an unknown command and its suggestions).
