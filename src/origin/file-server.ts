@@ -19,6 +19,7 @@ import { Transform, Writable, pipeline } from 'node:stream';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 import { Throttle } from '../util/throttle.js';
+import { writeDone } from '../util/write-done.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../util/server-limits.js';
 
 export type FaultAction =
@@ -308,7 +309,7 @@ async function sendPooled(context: Context, response: ServerResponse, slice: Sli
       }
       at += bytesRead;
       context.stats.bytesSent += bytesRead;
-      if (!(await written(response, buffer.subarray(0, bytesRead)))) {
+      if (!(await writeDone(response, buffer.subarray(0, bytesRead)))) {
         // A write that did not complete may still refer to the buffer.
         reusable = false;
         response.destroy();
@@ -322,19 +323,6 @@ async function sendPooled(context: Context, response: ServerResponse, slice: Sli
     await handle.close().catch(() => undefined);
     if (reusable && context.buffers.length < POOLED_BUFFERS_MAX) context.buffers.push(buffer);
   }
-}
-
-/** Writes `bytes`; true once the socket has taken them, false if the response closed first. */
-function written(response: ServerResponse, bytes: Buffer): Promise<boolean> {
-  if (response.destroyed) return Promise.resolve(false);
-  return new Promise<boolean>((resolve) => {
-    const onClose = (): void => resolve(false);
-    response.once('close', onClose);
-    response.write(bytes, (error) => {
-      response.off('close', onClose);
-      resolve(error === undefined || error === null);
-    });
-  });
 }
 
 /** Streams the slice to the end of the response; a client that goes away just ends the pipeline. */

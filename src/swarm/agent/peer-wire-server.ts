@@ -20,6 +20,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Throttle } from '../../util/throttle.js';
+import { writeDone } from '../../util/write-done.js';
 import {
   FrameDecoder,
   PEER_WIRE_UPGRADE,
@@ -250,17 +251,4 @@ class ServerConnection {
     }
     return true;
   }
-}
-
-/** Writes `bytes`; resolves true when the write completed, false when the socket failed or closed first. */
-function writeDone(socket: Socket, bytes: Buffer): Promise<boolean> {
-  if (socket.destroyed) return Promise.resolve(false);
-  return new Promise<boolean>((resolve) => {
-    const onClose = (): void => resolve(false);
-    socket.once('close', onClose);
-    socket.write(bytes, (error) => {
-      socket.off('close', onClose);
-      resolve(error === undefined || error === null);
-    });
-  });
 }
