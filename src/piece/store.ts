@@ -227,7 +227,7 @@ export class PieceStore {
         : digestMatches(bytes.length, options.digest, where);
     if (!valid) return 'corrupt';
     return this.store(piece, async (file) => {
-      if (await writeAt(file, bytes, where.offset)) this.directWritten += bytes.length;
+      if (await transferAt(file, bytes, where.offset, writeFully)) this.directWritten += bytes.length;
       return digest;
     });
   }
@@ -352,7 +352,7 @@ export class PieceStore {
     this.assertOpen();
     const where = this.map.locate(piece);
     const file = this.files[where.fileIndex] as FileState;
-    await readAt(file, target.subarray(0, where.length), where.offset);
+    await transferAt(file, target.subarray(0, where.length), where.offset, readFully);
     return where.length;
   }
 
@@ -361,7 +361,7 @@ export class PieceStore {
     this.assertOpen();
     const file = this.files[fileIndex];
     if (file === undefined) throw new RangeError(`no file ${fileIndex}`);
-    await readAt(file, target, offset);
+    await transferAt(file, target, offset, readFully);
   }
 
   /** Resolves once `piece` is held (immediately if it is). */
@@ -672,38 +672,29 @@ async function openDataFile(
 }
 
 /**
- * Writes `bytes` at `position` of the file: past the page cache when the file has a direct handle
- * and the buffer and range are aligned for it, else buffered. A direct write the kernel refuses is
- * done again buffered, and the file goes on buffered. Returns whether the bytes went direct.
+ * Moves `view` to or from `position` of the file with `move` (writeFully or readFully): past the
+ * page cache when the file has a direct handle and the buffer and range are aligned for it, else
+ * buffered. A direct transfer the kernel refuses is done again buffered, and the file goes on
+ * buffered. Returns whether the bytes went direct.
  */
-async function writeAt(file: FileState, bytes: Uint8Array, position: number): Promise<boolean> {
+async function transferAt(
+  file: FileState,
+  view: Uint8Array,
+  position: number,
+  move: (handle: FileHandle, view: Uint8Array, position: number) => Promise<void>,
+): Promise<boolean> {
   const direct = file.direct;
-  if (direct !== undefined && file.directRefused !== true && directEligible(bytes, position)) {
+  if (direct !== undefined && file.directRefused !== true && directEligible(view, position)) {
     try {
-      await writeFully(direct, bytes, position);
+      await move(direct, view, position);
       return true;
     } catch (error) {
       if (!isDirectRefusal(error)) throw error;
       file.directRefused = true;
     }
   }
-  await writeFully(file.handle, bytes, position);
+  await move(file.handle, view, position);
   return false;
-}
-
-/** Reads `target.length` bytes at `position`, directly where writeAt would write directly. */
-async function readAt(file: FileState, target: Uint8Array, position: number): Promise<void> {
-  const direct = file.direct;
-  if (direct !== undefined && file.directRefused !== true && directEligible(target, position)) {
-    try {
-      await readFully(direct, target, position);
-      return;
-    } catch (error) {
-      if (!isDirectRefusal(error)) throw error;
-      file.directRefused = true;
-    }
-  }
-  await readFully(file.handle, target, position);
 }
 
 async function readFully(handle: FileHandle, target: Uint8Array, position: number): Promise<void> {
