@@ -6,10 +6,11 @@
  * "listening on URL" line and one JSON line per piece (wall-clock `at` after verification, `ms`
  * from request to last byte, `waitMs` from request to first byte, `verifyMs`, `parent`).
  *
- * Prints the origin's span and rate and how long after its last byte the hosts finished; how long
- * each pair of hosts sat idle between consecutive transfers (pipelined or not); per host,
- * its transfers in flight over time; per parent, its uploads in flight; the download rate a host
- * reached with k transfers in flight; and a timeline of pieces held against pieces anywhere in the
+ * Prints the origin's span and rate (also in 250 ms windows) and how long after its last byte the
+ * hosts finished; how long each pair of hosts sat idle between consecutive transfers (pipelined or
+ * not); per host, its download rate, the median rate of one transfer from a peer and its transfers
+ * in flight over time; per parent, its uploads in flight; the download rate a host reached with k
+ * transfers in flight; and a timeline of pieces held against pieces anywhere in the
  * swarm. Diagnostics only: it reads files and prints.
  */
 
@@ -192,6 +193,14 @@ function percent(share: number): string {
   return Number.isNaN(share) ? '-' : String(Math.round(share * 100));
 }
 
+/** The median rate of one transfer from a peer, first byte to last, in MB/s ('-' without first bytes). */
+function peerRateP50(own: readonly Fetch[]): string {
+  const rates = own
+    .filter((f) => f.parent !== 'origin' && f.firstByteMs !== undefined && f.endMs > f.firstByteMs)
+    .map((f) => f.bytes / 1e6 / ((f.endMs - (f.firstByteMs as number)) / 1000));
+  return rates.length === 0 ? '-' : quantile(rates, 0.5).toFixed(1);
+}
+
 function quantile(values: number[], q: number): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
@@ -255,10 +264,54 @@ export function originSummary(fetches: readonly Fetch[]): OriginSummary | undefi
   };
 }
 
-function originLines(summary: OriginSummary | undefined): string[] {
+/** The origin's rate in windows of this length, for the share of its span it ran below its mean. */
+const ORIGIN_WINDOW_MS = 250;
+/** A window below this share of the origin's mean rate counts as a dip. */
+const ORIGIN_DIP_SHARE = 0.85;
+
+/**
+ * Bytes per second landed in each `windowMs` window from `fromMs` to `toMs`, each transfer's bytes
+ * spread evenly from its first byte (its start when the trace has none) to its last.
+ */
+export function windowRates(
+  fetches: readonly Fetch[],
+  fromMs: number,
+  toMs: number,
+  windowMs: number,
+): number[] {
+  const count = Math.max(1, Math.ceil((toMs - fromMs) / windowMs));
+  const bytes = new Float64Array(count);
+  for (const f of fetches) {
+    const begin = (f.firstByteMs ?? f.startMs) - fromMs;
+    const end = f.endMs - fromMs;
+    const perMs = f.bytes / Math.max(1e-3, end - begin);
+    const first = Math.max(0, Math.floor(begin / windowMs));
+    const last = Math.min(count - 1, Math.floor(end / windowMs));
+    for (let i = first; i <= last; i++) {
+      const overlap = Math.min(end, (i + 1) * windowMs) - Math.max(begin, i * windowMs);
+      if (overlap > 0) bytes[i]! += perMs * overlap;
+    }
+  }
+  return [...bytes].map((b) => b / (windowMs / 1000));
+}
+
+function originLines(summary: OriginSummary | undefined, fetches: readonly Fetch[]): string[] {
   if (summary === undefined) return ['', 'Origin: no piece came from the origin.'];
   const lags = summary.hosts.map((h) => h.lagMs);
   const rates = summary.hosts.map((h) => h.rate / 1e6);
+  const fromOrigin = fetches.filter((f) => f.parent === 'origin');
+  // Whole windows only: the last, partial one would read as a dip.
+  const whole = Math.floor((summary.lastMs - summary.firstMs) / ORIGIN_WINDOW_MS);
+  const windows = windowRates(fromOrigin, summary.firstMs, summary.lastMs, ORIGIN_WINDOW_MS).slice(0, whole);
+  const dips = windows.filter((rate) => rate < ORIGIN_DIP_SHARE * summary.rate).length;
+  const windowLine =
+    windows.length === 0
+      ? []
+      : [
+          `Origin in ${ORIGIN_WINDOW_MS} ms windows: p10 ${(quantile(windows, 0.1) / 1e6).toFixed(2)}, ` +
+            `p50 ${(quantile(windows, 0.5) / 1e6).toFixed(2)} MB/s; ${dips} of ${windows.length} under ` +
+            `${ORIGIN_DIP_SHARE} x its mean.`,
+        ];
   return [
     '',
     `Origin: ${summary.transfers} transfers, ${(summary.bytes / 1e6).toFixed(1)} MB from its first request ` +
@@ -267,6 +320,7 @@ function originLines(summary: OriginSummary | undefined): string[] {
     `Hosts: last piece ${(Math.min(...lags) / 1000).toFixed(2)}-${(Math.max(...lags) / 1000).toFixed(2)} s after ` +
       `the origin's last byte; mean download ${Math.min(...rates).toFixed(2)}-${Math.max(...rates).toFixed(2)} MB/s ` +
       '(bytes over the time to their last piece).',
+    ...windowLine,
   ];
 }
 
@@ -277,13 +331,14 @@ export function report(fetches: readonly Fetch[]): string {
   lines.push(
     `${fetches.length} verified transfers to ${hosts.length} hosts; last stored at ${(endMs / 1000).toFixed(2)} s`,
   );
-  lines.push(...originLines(originSummary(fetches)));
+  lines.push(...originLines(originSummary(fetches), fetches));
   lines.push(...gapLines(pairGaps(fetches)));
   lines.push(
     '',
     `Per host: pieces, from the origin, peer pieces from its ${TOP_PARENTS} most used parents (top %) and`,
     `starting a cold pair (cold %: nothing with that parent for ${COLD_GAP_MS} ms before), transfer times,`,
-    "and downloads in flight (% of the host's time from 0 to its last piece):",
+    'its download rate (bytes over the time to its last piece) and the median rate of one transfer from a',
+    "peer (first byte to last), and downloads in flight (% of the host's time from 0 to its last piece):",
   );
   const hostRows = hosts.map((host) => {
     const own = fetches.filter((f) => f.host === host);
@@ -296,6 +351,8 @@ export function report(fetches: readonly Fetch[]): string {
       percent(pairing.top),
       percent(pairing.cold),
       (last / 1000).toFixed(2),
+      (own.reduce((sum, f) => sum + f.bytes, 0) / 1e6 / (Math.max(1, last) / 1000)).toFixed(2),
+      peerRateP50(own),
       quantile(
         own.map((f) => f.endMs - f.startMs),
         0.5,
@@ -320,13 +377,15 @@ export function report(fetches: readonly Fetch[]): string {
         `top${TOP_PARENTS} %`,
         'cold %',
         'done s',
+        'MB/s',
+        'peer MB/s',
         'ms p50',
         'ms p90',
         'verify p50',
         ...CONCURRENCY_HEADERS,
       ],
       hostRows,
-      rightFrom(1, 9 + CONCURRENCY_COLUMNS),
+      rightFrom(1, 11 + CONCURRENCY_COLUMNS),
     ),
   );
 

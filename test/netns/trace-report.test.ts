@@ -12,6 +12,7 @@ import {
   pairingShares,
   readTrace,
   report,
+  windowRates,
   type Fetch,
 } from '../../bench/trace-report.js';
 
@@ -107,6 +108,9 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
       /Origin: 1 transfers, 1\.0 MB from its first request \(0 ms\) to its last byte \(0\.10 s\): 10\.00 MB\/s\./,
     );
     assert.match(text, /Hosts: last piece 0\.01-0\.16 s after the origin's last byte/);
+    // host1's one piece came from the origin (no peer rate); host2's came from host1 in 100 ms.
+    assert.match(text, /^host1 +1 +1 +- +- +0\.\d\d +\d+\.\d\d +- /m);
+    assert.doesNotMatch(text, /Origin in 250 ms windows/, 'the origin span (100 ms) holds no whole window');
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -175,4 +179,26 @@ test('trace-report run on a directory that does not exist says so and exits 2, w
   assert.equal(run.status, 2);
   assert.match(run.stderr, /no such directory/);
   assert.doesNotMatch(run.stderr, /\n\s+at /);
+});
+
+test('windowRates: each transfer spread evenly from its first byte to its last, per window', () => {
+  const fetch = (startMs: number, firstByteMs: number | undefined, endMs: number, bytes: number): Fetch => ({
+    host: 'h',
+    piece: 0,
+    bytes,
+    parent: 'origin',
+    startMs,
+    ...(firstByteMs === undefined ? {} : { firstByteMs }),
+    endMs,
+    storedMs: endMs,
+  });
+  // 1 MB over [100, 300) ms: 0.5 MB in each of the windows [0, 200) and [200, 400); a second
+  // transfer of 0.4 MB over [250, 450) (its request at 0, its first byte at 250) adds 0.3 MB to the
+  // second window (150 ms of its 200) and 0.1 MB to the third.
+  const rates = windowRates([fetch(100, undefined, 300, 1e6), fetch(0, 250, 450, 0.4e6)], 0, 600, 200);
+  assert.equal(rates.length, 3);
+  assert.ok(Math.abs(rates[0]! - 0.5e6 / 0.2) < 1, `window 0: ${rates[0]}`);
+  assert.ok(Math.abs(rates[1]! - 0.8e6 / 0.2) < 1, `window 1: ${rates[1]}`);
+  assert.ok(Math.abs(rates[2]! - 0.1e6 / 0.2) < 1, `window 2: ${rates[2]}`);
+  assert.deepEqual(windowRates([], 0, 100, 250), [0], 'a span shorter than a window is one window');
 });
