@@ -193,6 +193,12 @@ function percent(share: number): string {
   return Number.isNaN(share) ? '-' : String(Math.round(share * 100));
 }
 
+/** A host's mean download rate: the bytes it received over the time to its last stored piece. */
+function hostRate(own: readonly Fetch[]): number {
+  const doneMs = Math.max(...own.map((f) => f.storedMs));
+  return own.reduce((sum, f) => sum + f.bytes, 0) / (Math.max(1, doneMs) / 1000);
+}
+
 /** The median rate of one transfer from a peer, first byte to last, in MB/s ('-' without first bytes). */
 function peerRateP50(own: readonly Fetch[]): string {
   const rates = own
@@ -251,8 +257,7 @@ export function originSummary(fetches: readonly Fetch[]): OriginSummary | undefi
   const hosts = [...new Set(fetches.map((f) => f.host))].sort().map((host) => {
     const own = fetches.filter((f) => f.host === host);
     const doneMs = Math.max(...own.map((f) => f.storedMs));
-    const received = own.reduce((sum, f) => sum + f.bytes, 0);
-    return { host, doneMs, lagMs: doneMs - lastMs, rate: received / (Math.max(1, doneMs) / 1000) };
+    return { host, doneMs, lagMs: doneMs - lastMs, rate: hostRate(own) };
   });
   return {
     transfers: fromOrigin.length,
@@ -351,7 +356,7 @@ export function report(fetches: readonly Fetch[]): string {
       percent(pairing.top),
       percent(pairing.cold),
       (last / 1000).toFixed(2),
-      (own.reduce((sum, f) => sum + f.bytes, 0) / 1e6 / (Math.max(1, last) / 1000)).toFixed(2),
+      (hostRate(own) / 1e6).toFixed(2),
       peerRateP50(own),
       quantile(
         own.map((f) => f.endMs - f.startMs),
