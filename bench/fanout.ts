@@ -380,8 +380,9 @@ const AGENT_COMPLETE = /"event":"agent-complete","seconds":([\d.eE+-]+)/;
 /**
  * The user's flow with cold agents: at the clock's start each host starts its agent; when the agent
  * says it listens, the host's pull starts (both fresh processes, held at a gate until then, so the
- * benchmark's own spawning is not counted but all of their start-up is). A host is done when its
- * pull exits 0.
+ * benchmark's own spawning is not counted but all of their start-up is). With `--pull-start launch`
+ * the pull starts at the clock too, as `weightcast agent & weightcast pull ...` would, and waits for
+ * its agent. A host is done when its pull exits 0.
  */
 async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   const leg = 'swarm';
@@ -395,6 +396,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   const phases: UserFlowPhases[] = [];
   const sampler = schedulerRttSampler(context);
   let rtts: number[] = [];
+  const pullsAtLaunch = context.options.pullStart === 'launch';
   try {
     const schedulerUrl = await startScheduler(context, meter, services);
     const ports = await agentPorts(hostSet);
@@ -436,11 +438,13 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     await meter.adopt(pulls, 'pulls');
     const timeoutMs = swarmTimeoutMs(setting);
     log(
-      `${leg}: ${hostSet.hosts.length} hosts start agent, then pull (timeout ${Math.round(timeoutMs / 1000)} s)`,
+      `${leg}: ${hostSet.hosts.length} hosts start agent, ${pullsAtLaunch ? 'and pull with it' : 'then pull'} ` +
+        `(timeout ${Math.round(timeoutMs / 1000)} s)`,
     );
     const started = await meter.start();
     sampler.start();
     for (const agent of agents) release(agent);
+    if (pullsAtLaunch) for (const pull of pulls) release(pull);
     const deadline = started + timeoutMs;
     runs = await Promise.all(
       hostSet.hosts.map(async (host, index): Promise<HostRun> => {
@@ -458,7 +462,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
           return { seconds: undefined, problem: error instanceof Error ? error.message : String(error) };
         }
         const agentStartSeconds = (performance.now() - started) / 1000;
-        release(pull);
+        if (!pullsAtLaunch) release(pull);
         // The pull reports when its agent holds the model (seconds since the pull began), then copies out.
         const agentComplete = firstMatch(
           pull,
@@ -469,7 +473,12 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
           .then((match) => Number(match[1]))
           .catch(() => undefined);
         const run = await hostFinish(pull, { exit: true }, started, deadline, host.label);
-        phases.push({ agentStartSeconds, swarmSeconds: await agentComplete, totalSeconds: run.seconds });
+        phases.push({
+          agentStartSeconds,
+          pullStartSeconds: pullsAtLaunch ? 0 : agentStartSeconds,
+          swarmSeconds: await agentComplete,
+          totalSeconds: run.seconds,
+        });
         return run;
       }),
     );
@@ -711,6 +720,8 @@ interface Report {
   /** The testbed links' MTU (netns mode). */
   mtu: number;
   schedulerOn: Options['schedulerOn'];
+  /** When the swarm leg's pulls started (`--pull-start`). */
+  pullStart: Options['pullStart'];
   /** Why CPU is read from /proc instead of per-leg cgroups, when it is. */
   cgroupProblem: string | undefined;
   legs: LegSummary[];
@@ -818,8 +829,10 @@ function printNotes(report: Report): void {
   if (names.has('swarm')) {
     console.log(
       'swarm: the user flow with cold agents: from the start of `weightcast agent` on every host (the pull ' +
-        'starting as its agent prints its listening line) until `weightcast pull --agent` exits 0 with the ' +
-        'files at its destination.',
+        (report.pullStart === 'launch'
+          ? 'starting with it, waiting for it to listen: --pull-start launch'
+          : 'starting as its agent prints its listening line') +
+        ') until `weightcast pull --agent` exits 0 with the files at its destination.',
     );
   }
   if (names.has('swarm-warm')) {
@@ -976,6 +989,7 @@ async function main(argv: readonly string[]): Promise<number> {
       simLinkShare,
       mtu: options.mtu,
       schedulerOn: options.schedulerOn,
+      pullStart: options.pullStart,
       cgroupProblem: cgroupsProblem,
       legs: measurements.map((measurement) => summarizeLeg(measurement, setting)),
     };

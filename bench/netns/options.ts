@@ -24,6 +24,14 @@ export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'ch
 export const SCHEDULER_PLACES = ['origin', 'control'] as const;
 export type SchedulerPlace = (typeof SCHEDULER_PLACES)[number];
 
+/**
+ * When the swarm leg's pulls start: once their agent prints its listening line (the default), or at
+ * the clock's start together with the agent (`weightcast agent & weightcast pull ...`: the pull waits
+ * for an agent that is still starting).
+ */
+export const PULL_STARTS = ['listening', 'launch'] as const;
+export type PullStart = (typeof PULL_STARTS)[number];
+
 export interface Options {
   hosts: number;
   sizeMb: number;
@@ -51,6 +59,8 @@ export interface Options {
   /** The testbed links' MTU (netns only). */
   mtu: number;
   schedulerOn: SchedulerPlace;
+  /** swarm: when each host's pull starts (PullStart). */
+  pullStart: PullStart;
 }
 
 export class UsageError extends Error {
@@ -92,6 +102,7 @@ export const USAGE = [
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
   '      and `weightcast pull --agent` when the clock starts; swarm-warm: warmed-up agents asked through their',
   '      local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker; chain: socat + tee relay',
+  '  --pull-start listening|launch (swarm: the pull starts when its agent listens, or with the agent)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
 ].join('\n');
@@ -116,6 +127,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       'warm-up-mb': { type: 'string', default: '64' },
       mtu: { type: 'string', default: String(MTU_DEFAULT) },
       'scheduler-on': { type: 'string', default: 'origin' },
+      'pull-start': { type: 'string', default: 'listening' },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
       downloads: { type: 'string' },
       uploads: { type: 'string' },
@@ -129,6 +141,10 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
   const schedulerOn = values['scheduler-on'];
   if (!(SCHEDULER_PLACES as readonly string[]).includes(schedulerOn)) {
     throw new UsageError(`--scheduler-on must be ${SCHEDULER_PLACES.join(' or ')}, got ${schedulerOn}`);
+  }
+  const pullStart = values['pull-start'];
+  if (!(PULL_STARTS as readonly string[]).includes(pullStart)) {
+    throw new UsageError(`--pull-start must be ${PULL_STARTS.join(' or ')}, got ${pullStart}`);
   }
   const legs = parseLegs(values.legs, values.warm);
   if (values['skip-copy-out'] && !legs.includes('swarm-warm')) {
@@ -159,6 +175,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
     mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
     schedulerOn: schedulerOn as SchedulerPlace,
+    pullStart: pullStart as PullStart,
     ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),

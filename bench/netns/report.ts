@@ -275,6 +275,8 @@ export function comparisonLines(legs: readonly LegSummary[], simSeconds: number 
 export interface UserFlowPhases {
   /** From the clock's start until the agent printed its listening line. */
   agentStartSeconds: number;
+  /** From the clock's start until the pull started: agentStartSeconds, or 0 (`--pull-start launch`). */
+  pullStartSeconds: number;
   /** From the pull's own start until its agent held the model (`agent-complete`), when reported. */
   swarmSeconds: number | undefined;
   /** The host's T (until the pull exited 0), when it finished. */
@@ -298,7 +300,7 @@ export function userFlowPhasesLine(phases: readonly UserFlowPhases[]): string {
   const rest = phases.flatMap((phase) =>
     phase.swarmSeconds === undefined || phase.totalSeconds === undefined
       ? []
-      : [phase.totalSeconds - phase.agentStartSeconds - phase.swarmSeconds],
+      : [phase.totalSeconds - phase.pullStartSeconds - phase.swarmSeconds],
   );
   return (
     `per host (min / p50 / max): agent start-up to listening ${spread(phases.map((phase) => phase.agentStartSeconds))}; ` +

@@ -21,6 +21,7 @@ test("by default the fan-out measures the user's flow: MTU 1500, scheduler besid
   assert.equal(options.mbps, 200);
   assert.equal(options.originMbps, 200);
   assert.equal(options.work, 'default-work-dir');
+  assert.equal(options.pullStart, 'listening', 'each pull starts once its agent listens');
 });
 
 test('--mtu 9000, --scheduler-on control and --warm are options', () => {
@@ -29,6 +30,7 @@ test('--mtu 9000, --scheduler-on control and --warm are options', () => {
   assert.equal(options.schedulerOn, 'control');
   assert.deepEqual(options.legs, ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain']);
   assert.equal(options.originMbps, 100);
+  assert.equal(parse('--pull-start', 'launch').pullStart, 'launch');
 });
 
 test('legs run in a fixed order, each once, whatever order they are named in', () => {
@@ -42,6 +44,7 @@ test('legs run in a fixed order, each once, whatever order they are named in', (
 test('bad flags are usage errors', () => {
   assert.throws(() => parse('--scheduler-on', 'h1'), UsageError);
   assert.throws(() => parse('--mtu', '1000'), UsageError);
+  assert.throws(() => parse('--pull-start', 'later'), /--pull-start must be listening or launch/);
   assert.throws(() => parse('--hosts', '2.5'), UsageError);
   assert.throws(() => parse('--piece-mb', '0.0000001'), UsageError);
   assert.throws(() => parse('--unknown'), TypeError);
