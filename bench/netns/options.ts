@@ -100,9 +100,9 @@ export const USAGE = [
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
-  '      and `weightcast pull --agent` when the clock starts; swarm-warm: warmed-up agents asked through their',
+  '      when the clock starts and `weightcast pull --agent` once it listens; swarm-warm: warmed-up agents asked through their',
   '      local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker; chain: socat + tee relay',
-  '  --pull-start listening|launch (swarm: the pull starts when its agent listens, or with the agent)',
+  '  --pull-start listening|launch (listening; swarm: each pull starts once its agent listens, or with it)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
 ].join('\n');
