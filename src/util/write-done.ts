@@ -2,7 +2,8 @@
  * A write whose buffer the caller wants back: resolves once the stream has taken the bytes (its
  * write callback ran), so a pooled buffer may be reused, or false when the stream failed or closed
  * first, when the buffer may still be referenced and must not be. Used by the servers that send
- * from reused buffers (the peer wire's, the file server's).
+ * from reused buffers or wait for each part to be taken (the peer wire's, the file server's, a
+ * seed node's).
  */
 
 /** What writeDone needs of a socket or an HTTP response. */

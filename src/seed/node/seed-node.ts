@@ -28,6 +28,7 @@ import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { parseManifest, manifestDigest, MANIFEST_BYTES_MAX } from '../../manifest/manifest.js';
 import { Throttle } from '../../util/throttle.js';
+import { writeDone } from '../../util/write-done.js';
 import { CatalogClient } from '../catalog/client.js';
 import {
   copyRequestSchema,
@@ -280,7 +281,7 @@ export class SeedNode {
         for (let at = 0; at < part.length; at += step) {
           const slice = part.subarray(at, Math.min(part.length, at + step));
           await this.uploadThrottle.take(slice.length);
-          if (!(await writeFlushed(res, slice))) return;
+          if (!(await writeDone(res, slice))) return;
         }
       }
       await new Promise<void>((resolve) => res.end(resolve));
@@ -432,16 +433,4 @@ function parseRange(header: string | undefined, size: number): { start: number; 
   const start = Number(first);
   const end = last === '' ? size : Math.min(size, Number(last) + 1);
   return start >= size || end <= start ? undefined : { start, end };
-}
-
-/** Writes and waits until the socket took the bytes (true) or the response closed (false). */
-function writeFlushed(res: ServerResponse, part: Buffer): Promise<boolean> {
-  return new Promise<boolean>((resolve) => {
-    const closed = (): void => resolve(false);
-    res.once('close', closed);
-    res.write(part, (error) => {
-      res.off('close', closed);
-      resolve(error === undefined || error === null);
-    });
-  });
 }
