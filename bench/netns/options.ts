@@ -139,14 +139,8 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
   });
   if (values.help) return 'help';
   const mbps = number(values.mbps, '--mbps', MBPS_MIN, MBPS_MAX);
-  const schedulerOn = values['scheduler-on'];
-  if (!(SCHEDULER_PLACES as readonly string[]).includes(schedulerOn)) {
-    throw new UsageError(`--scheduler-on must be ${SCHEDULER_PLACES.join(' or ')}, got ${schedulerOn}`);
-  }
-  const pullStart = values['pull-start'];
-  if (!(PULL_STARTS as readonly string[]).includes(pullStart)) {
-    throw new UsageError(`--pull-start must be ${PULL_STARTS.join(' or ')}, got ${pullStart}`);
-  }
+  const schedulerOn = oneOf(SCHEDULER_PLACES, values['scheduler-on'], '--scheduler-on');
+  const pullStart = oneOf(PULL_STARTS, values['pull-start'], '--pull-start');
   const legs = parseLegs(values.legs, values.warm);
   if (values['skip-copy-out'] && !legs.includes('swarm-warm')) {
     // The swarm leg is the user's flow now: its copy-out is part of what it measures.
@@ -175,13 +169,21 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     skipCopyOut: values['skip-copy-out'],
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
     mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
-    schedulerOn: schedulerOn as SchedulerPlace,
-    pullStart: pullStart as PullStart,
+    schedulerOn,
+    pullStart,
     ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
   };
+}
+
+/** `value` when it is one of `choices`, else a usage error naming `flag`. */
+function oneOf<T extends string>(choices: readonly T[], value: string, flag: string): T {
+  if (!(choices as readonly string[]).includes(value)) {
+    throw new UsageError(`${flag} must be ${choices.join(' or ')}, got ${value}`);
+  }
+  return value as T;
 }
 
 /** The legs named, each once, in the run's order (LEGS); `--warm` adds swarm-warm. */
