@@ -28,26 +28,43 @@ import { startFileServer } from '../src/origin/file-server.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
 import { CLI, startProcess, stopProcess } from '../scripts/cluster.js';
+import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
 
 const MiB = 1024 * 1024;
 const COMPLETE_TIMEOUT_MS = 30_000;
 /** USER_HZ: the unit of /proc's CPU times, 100 on every Linux build in common use. */
 const CLOCK_TICKS_PER_SECOND = 100;
 
-const { values } = parseArgs({
-  options: {
-    runs: { type: 'string', default: '5' },
-    mib: { type: 'string', default: '16' },
-    cli: { type: 'string', default: CLI },
-    join: { type: 'string', default: 'api' },
-  },
+const USAGE =
+  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull (api)]';
+
+const args = readBenchArgs('agent-start', USAGE, (argv) => {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      runs: { type: 'string' },
+      mib: { type: 'string' },
+      cli: { type: 'string', default: CLI },
+      join: { type: 'string', default: 'api' },
+    },
+    strict: true,
+  });
+  if (values.join !== 'api' && values.join !== 'pull')
+    throw new BenchUsageError(`--join must be api or pull, not "${values.join}"`);
+  const mib = flagNumber(values.mib, '--mib', 16, { min: 2, max: 4096, integer: true });
+  if (mib % 2 !== 0) throw new BenchUsageError(`--mib must be even (the model is two files), not ${mib}`);
+  return {
+    runs: flagNumber(values.runs, '--runs', 5, { min: 1, max: 1000, integer: true }),
+    mib,
+    cli: values.cli,
+    joiner: values.join,
+  };
 });
-const cli = values.cli;
-if (values.join !== 'api' && values.join !== 'pull') throw new Error('--join must be api or pull');
-const runs = Number(values.runs);
-const mib = Number(values.mib);
+if (args === undefined) process.exit();
+const { runs, mib, cli, joiner } = args;
 
 const work = await mkdtemp(join(tmpdir(), 'weightcast-agent-start-'));
+const disarmCleanup = removedOnAbruptEnd(work);
 try {
   const modelDir = join(work, 'model');
   await mkdir(modelDir);
@@ -84,7 +101,7 @@ try {
       agentPid = agent.child.pid;
       try {
         const listening = performance.now() - launched;
-        if (values.join === 'pull') {
+        if (joiner === 'pull') {
           const to = join(work, `pulled-${run}`);
           await runPull(
             [cli, 'pull', origin.url, '--to', to, '--manifest', manifestPath, '--agent', agent.url],
@@ -100,7 +117,7 @@ try {
           ms(listening),
           ms(first.atMs - launched),
           ms(first.cpuMs),
-          ...(values.join === 'pull' ? [ms(first.pullCpuMs)] : []),
+          ...(joiner === 'pull' ? [ms(first.pullCpuMs)] : []),
           ms(completed),
         ]);
       } finally {
@@ -116,16 +133,17 @@ try {
     return ms(sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN);
   };
   const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
-  if (values.join === 'pull') header.push('pull CPU by then');
+  if (joiner === 'pull') header.push('pull CPU by then');
   header.push('complete');
   rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
   process.stdout.write(
-    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${values.join === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
+    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${joiner === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
       textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
       '\n',
   );
 } finally {
   await rm(work, { recursive: true, force: true });
+  disarmCleanup();
 }
 
 /** Posts the join to the agent's local API and waits until the agent holds the model. */

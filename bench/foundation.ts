@@ -5,7 +5,8 @@
  *   - pull from a local HTTP origin (a separate process) vs `curl` fetching the same files;
  *   - pull from a local path vs `cp`;
  *   - peak RSS of a pull of the whole model (4 GiB by default) at default settings.
- * Options: --size-mb N (default 4096), --keep. Prints a table; writes nothing outside a temp dir.
+ * Options: --size-mb N (default 4096), --keep. Prints a table; writes nothing outside a temp dir
+ * (removed at the end, also on Ctrl-C, unless --keep).
  */
 
 import { spawn } from 'node:child_process';
@@ -14,11 +15,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { buildManifest } from '../src/manifest/build.js';
 import { writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes, formatSeconds } from '../src/util/units.js';
+import { flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
 import type { Row } from './torch-baseline.js';
 
 const BIN = fileURLToPath(new URL('../../bin/weightcast.js', import.meta.url));
@@ -129,10 +132,26 @@ function printTable(rows: readonly Row[]): void {
   for (const c of cells) console.log(line(c));
 }
 
+const USAGE = 'usage: npm run bench [-- --size-mb N (4096, at least 16)] [--keep (the temporary directory)]';
+
 async function main(): Promise<void> {
-  const sizeArg = process.argv.indexOf('--size-mb');
-  const sizeMb = sizeArg >= 0 ? Number(process.argv[sizeArg + 1]) : 4096;
+  const args = readBenchArgs('bench', USAGE, (argv) => {
+    const { values } = parseArgs({
+      args: argv,
+      options: { 'size-mb': { type: 'string' }, keep: { type: 'boolean', default: false } },
+      strict: true,
+    });
+    const sizeMb = flagNumber(values['size-mb'], '--size-mb', 4096, {
+      min: 16,
+      max: 1024 * 1024,
+      integer: true,
+    });
+    return { sizeMb, keep: values.keep };
+  });
+  if (args === undefined) return;
+  const { sizeMb, keep } = args;
   const work = await mkdtemp(join(tmpdir(), 'weightcast-bench-'));
+  const disarmCleanup = removedOnAbruptEnd(work);
   const modelDir = join(work, 'model');
   const cores = availableParallelism();
   console.log(
@@ -251,8 +270,9 @@ async function main(): Promise<void> {
     });
     printTable(rows);
   } finally {
-    if (process.argv.includes('--keep')) console.log(`kept ${work}`);
+    if (keep) console.log(`kept ${work}`);
     else await rm(work, { recursive: true, force: true });
+    disarmCleanup();
   }
 }
 

@@ -28,6 +28,7 @@ import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { parseSafetensorsBuffer } from '../src/format/safetensors.js';
 import { loadTensors } from '../src/loader/stream/load.js';
 import { loadModel } from '../src/loader/stream/load-model.js';
@@ -40,6 +41,7 @@ import { LocalOrigin } from '../src/origin/local.js';
 import type { SynthArch } from '../src/synth/architectures.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { Cluster, type AgentStatus } from '../scripts/cluster.js';
+import { BenchUsageError, flagNumber, readBenchArgs } from './bench-args.js';
 import { torchBaselineRows, type Row as TorchRow } from './torch-baseline.js';
 
 /** Parts of large tensors the in-memory and library shm rows ask for (`partBytes`). */
@@ -289,16 +291,43 @@ function printTable(rows: readonly Row[], catWarm: Measured): void {
   for (const line of lines) process.stdout.write(format(line) + '\n');
 }
 
-function option(name: string, fallback: number): number {
-  const at = process.argv.indexOf(name);
-  const value = at < 0 ? fallback : Number(process.argv[at + 1]);
-  if (!Number.isFinite(value) || value <= 0) throw new Error(`${name} needs a positive number`);
-  return value;
+const USAGE =
+  'usage: npm run bench:load [-- --size-mb N (4096)] [--memory-mb M (512, at least 128)] [--no-cold] [--only stream|slice]';
+
+interface LoadArgs {
+  sizeMb: number;
+  memoryMb: number;
+  cold: boolean;
+  only: 'stream' | 'slice' | undefined;
 }
 
-async function main(): Promise<void> {
-  const sizeMb = option('--size-mb', 4096);
-  const memoryMb = option('--memory-mb', 512);
+function readLoadArgs(argv: string[]): LoadArgs {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      'size-mb': { type: 'string' },
+      'memory-mb': { type: 'string' },
+      'no-cold': { type: 'boolean', default: false },
+      only: { type: 'string' },
+    },
+    strict: true,
+  });
+  const only = values.only;
+  if (only !== undefined && only !== 'stream' && only !== 'slice')
+    throw new BenchUsageError(`--only must be stream or slice, not "${only}"`);
+  return {
+    sizeMb: flagNumber(values['size-mb'], '--size-mb', 4096, { min: 16, max: 1024 * 1024, integer: true }),
+    memoryMb: flagNumber(values['memory-mb'], '--memory-mb', 512, {
+      min: 128,
+      max: 1024 * 1024,
+      integer: true,
+    }),
+    cold: !values['no-cold'],
+    only,
+  };
+}
+
+async function main({ sizeMb, memoryMb, cold }: LoadArgs): Promise<void> {
   const { dir, manifestPath } = await cachedModel(sizeMb);
   const files = (await readdir(dir))
     .filter((n) => n.endsWith('.safetensors'))
@@ -386,7 +415,7 @@ async function main(): Promise<void> {
     streamingLabel: `stream into memory, no manifest, ${parts}, ${buffersMb} MiB budget, best of ${WARM_RUNS}`,
     onSkip: (reason) => (torchSkipped = reason),
   });
-  if (!process.argv.includes('--no-cold')) {
+  if (cold) {
     if (await dropCaches()) {
       const catCold = await catFiles(files);
       rows.push({ what: 'cat > /dev/null, cold', bytes, measured: catCold, goal: 'baseline (cold)' });
@@ -606,8 +635,7 @@ if (childAt >= 0) {
   const [kind, dir, memoryMb, manifestPath] = process.argv.slice(childAt + 1);
   await childMain(kind ?? '', dir ?? '', Number(memoryMb), manifestPath ?? '');
 } else {
-  const only =
-    process.argv.indexOf('--only') >= 0 ? process.argv[process.argv.indexOf('--only') + 1] : undefined;
-  if (only !== 'slice') await main();
-  if (only !== 'stream') await sliceMain();
+  const args = readBenchArgs('bench:load', USAGE, readLoadArgs);
+  if (args !== undefined && args.only !== 'slice') await main(args);
+  if (args !== undefined && args.only !== 'stream') await sliceMain();
 }

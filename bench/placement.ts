@@ -35,6 +35,7 @@ import {
   type SeedNode,
 } from '../src/seed/plan/index.js';
 import { Random } from '../src/swarm/core/random.js';
+import { flagNumber, readBenchArgs } from './bench-args.js';
 import { MBPS_MAX, MBPS_MIN } from './netns/plan.js';
 import { netnsProblem } from './netns/testbed.js';
 import {
@@ -207,7 +208,9 @@ export function formatPlacementTable(rows: readonly PlacementRow[]): string {
   ].join('\n');
 }
 
-class UsageError extends Error {}
+const USAGE =
+  'usage: npm run bench:placement [-- --computed-only] [--nodes K (6)] [--node-mbps B] [--client-mbps C] ' +
+  '[--size-mb S] [--piece-mb P] [--concurrency N] [--work DIR] [--keep]';
 
 interface Options {
   computedOnly: boolean;
@@ -262,11 +265,7 @@ function parseOptions(argv: readonly string[]): Options {
 }
 
 function integer(text: string, what: string, min: number, max: number): number {
-  const value = Number(text);
-  if (text.trim() === '' || !Number.isInteger(value) || value < min || value > max) {
-    throw new UsageError(`${what} must be an integer ${min}-${max}, got ${JSON.stringify(text)}`);
-  }
-  return value;
+  return flagNumber(text, what, min, { min, max, integer: true });
 }
 
 const log = (text: string): void => void process.stderr.write(`${text}\n`);
@@ -310,18 +309,14 @@ async function runNetnsPart(options: Options): Promise<boolean> {
   }
 }
 
-async function main(): Promise<number> {
-  let options: Options;
-  try {
-    options = parseOptions(process.argv.slice(2));
-  } catch (error) {
-    process.stderr.write(`bench:placement: ${error instanceof Error ? error.message : String(error)}\n`);
-    return 2;
-  }
+async function main(): Promise<number | undefined> {
+  const options = readBenchArgs('bench:placement', USAGE, parseOptions);
+  if (options === undefined) return undefined;
   printComputed();
   return (await runNetnsPart(options)) ? 0 : 1;
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  process.exitCode = await main();
+  const code = await main();
+  if (code !== undefined) process.exitCode = code;
 }

@@ -11,8 +11,9 @@
 
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { SwarmCore } from '../src/swarm/core/index.js';
+import { HOSTS_MAX, SwarmCore } from '../src/swarm/core/index.js';
 import type { SwarmConfig } from '../src/swarm/core/index.js';
+import { flagNumber, readBenchArgs } from './bench-args.js';
 
 const PIECE_BYTES = 4 * 1024 * 1024;
 const HOST_BYTES_PER_SECOND = 1.25e9;
@@ -146,22 +147,31 @@ function run(hosts: number, pieces: number, seed: number): Result {
   };
 }
 
+const USAGE =
+  'usage: node dist/bench/swarm-core.js [--hosts N --pieces P] [--seed K (1)]  (default: 100 x 10,000, then 1000 x 100,000)';
+
 function main(): void {
-  const { values } = parseArgs({
-    options: {
-      hosts: { type: 'string' },
-      pieces: { type: 'string' },
-      seed: { type: 'string', default: '1' },
-    },
+  const args = readBenchArgs('swarm-core', USAGE, (argv) => {
+    const { values } = parseArgs({
+      args: argv,
+      options: { hosts: { type: 'string' }, pieces: { type: 'string' }, seed: { type: 'string' } },
+      strict: true,
+    });
+    return {
+      one: values.hosts !== undefined || values.pieces !== undefined,
+      hosts: flagNumber(values.hosts, '--hosts', 100, { min: 2, max: HOSTS_MAX, integer: true }),
+      pieces: flagNumber(values.pieces, '--pieces', 10_000, { min: 1, max: 10_000_000, integer: true }),
+      seed: flagNumber(values.seed, '--seed', 1, { min: 0, max: 2 ** 32 - 1, integer: true }),
+    };
   });
-  const seed = Number(values.seed);
-  const sizes: Array<[number, number]> =
-    values.hosts !== undefined || values.pieces !== undefined
-      ? [[Number(values.hosts ?? 100), Number(values.pieces ?? 10_000)]]
-      : [
-          [100, 10_000],
-          [1000, 100_000],
-        ];
+  if (args === undefined) return;
+  const seed = args.seed;
+  const sizes: Array<[number, number]> = args.one
+    ? [[args.hosts, args.pieces]]
+    : [
+        [100, 10_000],
+        [1000, 100_000],
+      ];
   const MiB = 1024 * 1024;
   console.log(`swarm core, instant transfers in FIFO order, seed ${seed}`);
   console.log(
