@@ -70,6 +70,7 @@ import {
 } from './netns/leg-runtime.js';
 import {
   optionsOrExitCode,
+  originReadersFlags,
   parseOptions,
   schedulingFlags,
   UsageError,
@@ -175,7 +176,7 @@ async function predict(
     String(setting.hostMbps * payloadShare),
     '--origin-mbps',
     String(setting.originMbps * payloadShare),
-    ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
+    ...originReadersFlags(options),
     '--ring-parents',
     String(options.ringParents),
     ...schedulingFlags(options),
@@ -318,7 +319,7 @@ async function startScheduler(
     String(await servicePort(hostSet, SCHEDULER_PORT)),
     '--host',
     place.address,
-    ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
+    ...originReadersFlags(options),
     '--ring-parents',
     String(options.ringParents),
     ...schedulingFlags(options),

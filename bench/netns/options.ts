@@ -7,6 +7,7 @@
 import { parseArgs } from 'node:util';
 import { parseHedgeTail, parseRingParents } from '../../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
+import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
 
 const MiB = 1024 * 1024;
@@ -95,7 +96,7 @@ export const USAGE = [
   `  --mtu M (${MTU_DEFAULT}; 9000 for jumbo frames; netns testbed only)`,
   "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
   '  --scheduler-on origin|control (origin: beside the origin on its host and link; control: a machine of its own)',
-  "  --origin-readers K (the simulator's choice)  --ring-parents K (the scheduler's default)",
+  "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
@@ -201,6 +202,16 @@ export function parseLegs(text: string, warm: boolean): Leg[] {
 }
 
 /** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
+/**
+ * The origin readers the scheduler and the simulator are both given: the flag's value, else the
+ * scheduler's default. Without it the simulator would pick its own (enough transfers to fill the
+ * origin's link at a fair per-flow share: 8 on the default testbed) and predict another swarm
+ * than the one measured.
+ */
+export function originReadersFlags(options: Pick<Options, 'originReaders'>): string[] {
+  return ['--origin-readers', String(options.originReaders ?? SWARM_SERVICE_DEFAULTS.originReaders)];
+}
+
 export function schedulingFlags(options: Options): string[] {
   return [
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),

@@ -1,6 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LEGS_DEFAULT, parseLegs, parseOptions, UsageError } from '../../bench/netns/options.js';
+import {
+  LEGS_DEFAULT,
+  originReadersFlags,
+  parseLegs,
+  parseOptions,
+  UsageError,
+} from '../../bench/netns/options.js';
+import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { MTU_DEFAULT } from '../../bench/netns/plan.js';
 
 const parse = (...argv: string[]) => {
@@ -51,4 +58,12 @@ test('bad flags are usage errors', () => {
   assert.throws(() => parse('--legs', 'swarm', '--skip-copy-out'), /--legs swarm-warm --skip-copy-out/);
   assert.deepEqual(parse('--legs', 'swarm-warm', '--skip-copy-out').legs, ['swarm-warm']);
   assert.equal(parseOptions(['--help'], '/tmp'), 'help');
+});
+
+test('the simulator predicts the swarm the scheduler runs: the same origin readers, given or not', () => {
+  assert.deepEqual(originReadersFlags(parse()), [
+    '--origin-readers',
+    String(SWARM_SERVICE_DEFAULTS.originReaders),
+  ]);
+  assert.deepEqual(originReadersFlags(parse('--origin-readers', '8')), ['--origin-readers', '8']);
 });
