@@ -98,6 +98,17 @@ for (const argv of [
   });
 }
 
+for (const argv of [['--help'], ['--version'], ['pul']]) {
+  test(`weightcast ${argv.join(' ')} loads no command's definition (the list of commands is enough)`, async () => {
+    const sources = (await importsOf(argv)).flatMap((edge) => sourcePath(edge.child) ?? []);
+    assert.ok(sources.includes('cli/definitions/index.js'), sources.join(', '));
+    assert.deepEqual(
+      sources.filter((path) => path.startsWith('cli/definitions/') && path !== 'cli/definitions/index.js'),
+      [],
+    );
+  });
+}
+
 test('a swarm agent listens without loading undici, zod or the seed tier', async () => {
   const dir = await tempDir('lazy-load-agent');
   try {

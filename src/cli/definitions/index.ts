@@ -10,7 +10,8 @@
  *
  * A command line that names a command loads that command's definition alone: every process of a
  * swarm is a `weightcast` command, and loading the other thirteen definitions cost each ~20 ms of
- * CPU at start (`weightcast --help`, and anything that names no command, loads them all).
+ * CPU at start. Anything that names no command (`--help`, `--version`, a mistyped command) loads
+ * none: the list below is enough for it.
  */
 
 import type { Command } from 'commander';
@@ -18,28 +19,135 @@ import type { CliIo } from '../io.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
 
-const DEFINITIONS: ReadonlyArray<readonly [name: string, load: () => Promise<RegisterCommand>]> = [
-  ['synth', async () => (await import('./synth.js')).registerSynth],
-  ['inspect', async () => (await import('./inspect.js')).registerInspect],
-  ['manifest', async () => (await import('./manifest.js')).registerManifest],
-  ['verify', async () => (await import('./verify.js')).registerVerify],
-  ['plan', async () => (await import('./plan.js')).registerPlan],
-  ['pull', async () => (await import('./pull.js')).registerPull],
-  ['load', async () => (await import('./load.js')).registerLoad],
-  ['preshard', async () => (await import('./preshard.js')).registerPreshard],
-  ['scheduler', async () => (await import('./scheduler.js')).registerScheduler],
-  ['agent', async () => (await import('./agent.js')).registerAgent],
-  ['sim', async () => (await import('./sim.js')).registerSim],
-  ['put', async () => (await import('./put.js')).registerPut],
-  ['distribute', async () => (await import('./distribute.js')).registerDistribute],
-  ['serve', async () => (await import('./serve.js')).registerServe],
+/**
+ * A command as `weightcast --help` lists it (`term` and `description`, the same strings its definition
+ * produces: test/cli/commands.test.ts compares them), and where its definition is. The list alone
+ * answers `--help`, `--version` and a mistyped command, so those load no definition at all.
+ */
+interface Definition {
+  name: string;
+  term: string;
+  description: string;
+  load: () => Promise<RegisterCommand>;
+}
+
+export const DEFINITIONS: readonly Definition[] = [
+  {
+    name: 'synth',
+    term: 'synth [options]',
+    description: 'Write a synthetic checkpoint (Hugging Face layout, deterministic from a seed)',
+    load: async () => (await import('./synth.js')).registerSynth,
+  },
+  {
+    name: 'inspect',
+    term: 'inspect [options] <path>',
+    description:
+      'Show the tensors, dtypes and parameter count of a safetensors file or model directory, and any problems',
+    load: async () => (await import('./inspect.js')).registerInspect,
+  },
+  {
+    name: 'manifest',
+    term: 'manifest [options] <src>',
+    description: 'Hash a model (directory, file or URL) into its manifest; prints the model digest',
+    load: async () => (await import('./manifest.js')).registerManifest,
+  },
+  {
+    name: 'verify',
+    term: 'verify [options] <dir>',
+    description: 'Check a local copy against a manifest; lists bad files and pieces',
+    load: async () => (await import('./verify.js')).registerVerify,
+  },
+  {
+    name: 'plan',
+    term: 'plan [options] <src>',
+    description: "Show each rank's tensors, slices and source byte ranges for a parallel layout (TP/PP/EP)",
+    load: async () => (await import('./plan.js')).registerPlan,
+  },
+  {
+    name: 'pull',
+    term: 'pull [options] <src>',
+    description: 'Download a model with every piece verified; resumes where it stopped',
+    load: async () => (await import('./pull.js')).registerPull,
+  },
+  {
+    name: 'load',
+    term: 'load [options] <src>',
+    description: 'Stream a model into memory, tensor by tensor as bytes arrive, and write it out',
+    load: async () => (await import('./load.js')).registerLoad,
+  },
+  {
+    name: 'preshard',
+    term: 'preshard [options] <src>',
+    description: 'Write per-rank sharded_state files (optionally FP8) with a manifest of every slice',
+    load: async () => (await import('./preshard.js')).registerPreshard,
+  },
+  {
+    name: 'scheduler',
+    term: 'scheduler [options]',
+    description: 'Run the swarm scheduler: tells every agent which piece to fetch from whom',
+    load: async () => (await import('./scheduler.js')).registerScheduler,
+  },
+  {
+    name: 'agent',
+    term: 'agent [options]',
+    description: 'Run a swarm agent: a verified piece cache that fetches from peers and serves them',
+    load: async () => (await import('./agent.js')).registerAgent,
+  },
+  {
+    name: 'sim',
+    term: 'sim [options]',
+    description:
+      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
+    load: async () => (await import('./sim.js')).registerSim,
+  },
+  {
+    name: 'put',
+    term: 'put [options] <src>',
+    description: 'Load a model into the seed tier, placing its pieces over the seed nodes by policy',
+    load: async () => (await import('./put.js')).registerPut,
+  },
+  {
+    name: 'distribute',
+    term: 'distribute [options] <model>',
+    description: "Re-lay a model's pieces over the seed tier (dry run unless --apply)",
+    load: async () => (await import('./distribute.js')).registerDistribute,
+  },
+  {
+    name: 'serve',
+    term: 'serve [options] <dir>',
+    description:
+      'Serve a directory over HTTP with byte ranges (an origin for tests and demos); prints {"url": ...} once listening',
+    load: async () => (await import('./serve.js')).registerServe,
+  },
 ];
 
 /**
- * The definitions `argv` needs: the named command's alone when its first word is a command, else all
- * of them (help, the version, an unknown command and its suggestions).
+ * The definitions `argv` needs: the named command's alone when its first word is a command (or
+ * follows `help`); else the list of commands only (help, the version, an unknown command and its
+ * suggestions), which `registerSummaries` declares without their options.
  */
 export async function definitionsFor(argv: readonly string[]): Promise<RegisterCommand[]> {
-  const named = DEFINITIONS.find(([name]) => name === argv[0]);
-  return Promise.all((named === undefined ? DEFINITIONS : [named]).map(([, load]) => load()));
+  const first = argv[0] === 'help' ? argv[1] : argv[0];
+  const named = DEFINITIONS.find(({ name }) => name === first);
+  return named === undefined ? [registerSummaries] : [await named.load()];
 }
+
+/**
+ * Every command by name and description, listed in help as its definition would be. None of them is
+ * ever run: a command line that names one loads its definition instead (definitionsFor).
+ */
+export const registerSummaries: RegisterCommand = (program) => {
+  const terms = new Map(DEFINITIONS.map(({ name, term }) => [name, term]));
+  const plain = program.createHelp();
+  program.configureHelp({
+    subcommandTerm: (command) => terms.get(command.name()) ?? plain.subcommandTerm(command),
+  });
+  for (const { name, description } of DEFINITIONS) {
+    program
+      .command(name)
+      .description(description)
+      .action(() => {
+        throw new Error(`weightcast ${name} ran without its definition`);
+      });
+  }
+};
