@@ -28,13 +28,19 @@ interface PackageJson {
   dependencies: Record<string, string>;
 }
 
-/** What a user needs and nothing else: the bin, the compiled library with its types, the Python reader. */
+/**
+ * What a user needs and nothing else: the bin, the compiled library with its types, the Python reader,
+ * the native helper's source.
+ */
 const SHIPPED = [
   /^package\.json$/,
   /^README\.md$/,
   /^bin\/weightcast\.js$/,
   /^python\/weightcast_reader\.py$/,
   /^dist\/src\/.+\.(js|d\.ts)$/,
+  // The native socket helper's source, built by npm (node-gyp) where the package is installed.
+  /^binding\.gyp$/,
+  /^native\/[a-z-]+\.c$/,
 ];
 
 const SUBPATH_CHECK = `

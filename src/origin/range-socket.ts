@@ -21,6 +21,7 @@
 
 import type { IncomingHttpHeaders } from 'node:http';
 import { connect, type Socket } from 'node:net';
+import { ReceiveLowWater } from '../util/receive-low-water.js';
 import { WeightcastError, abortError, assert, isWeightcastError, throwIfAborted } from '../errors.js';
 import {
   HEAD_BYTES_MAX,
@@ -302,6 +303,8 @@ class Connection {
   // Declared before `socket`: `connect` asks for the first read buffer before it returns.
   private readonly reader = new ResponseReader();
   private readonly socket: Socket;
+  /** The kernel holds a body's bytes back until this many are queued (receive-low-water.ts). */
+  private readonly lowWater: ReceiveLowWater;
   private readonly options: RangeClientOptions;
   /** Resolves once the socket has closed. */
   readonly closed: Promise<void>;
@@ -326,6 +329,7 @@ class Connection {
       noDelay: true,
       onread: { buffer: () => this.reader.buffer(), callback: (count) => this.onRead(count) },
     });
+    this.lowWater = new ReceiveLowWater(this.socket);
     this.socket.on('connect', () => this.onConnect());
     this.socket.on('end', () => this.onEnd());
     this.socket.on('error', (error) => this.fail(error));
@@ -422,6 +426,7 @@ class Connection {
 
   private onRead(count: number): boolean {
     this.apply(this.reader.received(count));
+    this.lowWater.expect(count, this.reader.bodyBytesLeft);
     return true;
   }
 

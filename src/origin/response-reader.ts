@@ -106,6 +106,11 @@ export class ResponseReader {
     return this.phase === 'body' || this.phase === 'drain';
   }
 
+  /** Bytes of the body being read still to land in its target (0 outside a body). */
+  get bodyBytesLeft(): number {
+    return this.phase === 'body' ? this.requireTask().target.length - this.filled : 0;
+  }
+
   /** Whether any byte arrived since `start`; a kept-alive socket that died unanswered had none. */
   get heardBack(): boolean {
     return this.bytesThisResponse > 0;

@@ -27,6 +27,7 @@ import { connect as connectTls, type ConnectionOptions } from 'node:tls';
 import type { ClientTls } from '../../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../../errors.js';
 import { landed, type ReadProgress } from '../../origin/origin.js';
+import { ReceiveLowWater } from '../../util/receive-low-water.js';
 import {
   FrameDecoder,
   PEER_WIRE_PATH,
@@ -219,6 +220,8 @@ export class PeerWireClient {
  */
 class WireConnection {
   private readonly socket: Socket;
+  /** The kernel holds a body's bytes back until this many are queued (receive-low-water.ts). */
+  private readonly lowWater: ReceiveLowWater;
   private readonly decoder = new FrameDecoder('client');
   private readonly sent = new Map<number, Entry>();
   /** Where bytes nobody wants go (a cancelled response's); made on first use. */
@@ -256,6 +259,7 @@ class WireConnection {
     this.socket = secure
       ? connectTls(tlsOptions).setNoDelay(true)
       : connect({ host, port: url.port === '' ? 80 : Number(url.port), noDelay: true, onread });
+    this.lowWater = new ReceiveLowWater(this.socket);
     this.armTimer();
     this.socket.on(secure ? 'secureConnect' : 'connect', () => this.onConnect(url));
     this.socket.on('end', () => this.fail(undefined, true));
@@ -384,6 +388,7 @@ class WireConnection {
     if (aimed === 'small') {
       const event = this.decoder.smallLanded(count);
       if (event !== undefined) this.onEvent(event);
+      this.expectNext(count);
       return true;
     }
     if (aimed !== 'scratch') {
@@ -398,7 +403,14 @@ class WireConnection {
     }
     const event = this.decoder.bodyLanded(count);
     if (event !== undefined) this.onEvent(event);
+    this.expectNext(count);
     return true;
+  }
+
+  /** Tells the kernel how many bytes to gather before the next read: the rest of the body, if any. */
+  private expectNext(bytesRead: number): void {
+    if (!this.broken)
+      this.lowWater.expect(bytesRead, this.decoder.phase === 'body' ? this.decoder.bodyRemaining : 0);
   }
 
   /** Bytes of the upgrade answer: wait for its head, check it, hand what follows to the decoder. */
