@@ -58,8 +58,7 @@ export function receiveLowWaterAvailable(): boolean {
  * the bytes of the body still to come (0 between bodies); the option is set only when the value
  * changes, one system call. The mark is also held to HOLD_MS_MAX of the socket's recent rate, so a
  * slow sender's bytes still reach the reader within that time and no stall timer sees a pause that
- * is not there. A socket whose option cannot be set (TLS, where the descriptor is not the socket's;
- * closed) is left alone.
+ * is not there. A socket whose option cannot or must not be set (TLS, closed) is left alone.
  */
 export class ReceiveLowWater {
   private current = 1;
@@ -101,9 +100,13 @@ export function setReceiveLowWater(socket: Socket, bytes: number): boolean {
   return fd !== undefined && nativeHelper()?.setReceiveLowWater(fd, bytes) === 0;
 }
 
-/** A TCP socket's descriptor, which Node keeps on its handle (not a public API; TLS has none there). */
+/**
+ * A plain TCP socket's descriptor, which Node keeps on its handle (not a public API). None for TLS:
+ * its handle's descriptor is the TCP socket under it, where a mark counts ciphertext, and the end of
+ * a record already half read into TLS would never reach it.
+ */
 function descriptorOf(socket: Socket): number | undefined {
-  if (socket.destroyed) return undefined;
+  if (socket.destroyed || (socket as Socket & { encrypted?: boolean }).encrypted === true) return undefined;
   const fd = (socket as unknown as { _handle?: { fd?: unknown } | null })._handle?.fd;
   return typeof fd === 'number' && fd >= 0 ? fd : undefined;
 }

@@ -2,12 +2,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { connect as connectTls, createServer as createTlsServer } from 'node:tls';
 import {
   LOW_WATER_MAX_BYTES,
   ReceiveLowWater,
   receiveLowWaterAvailable,
   setReceiveLowWater,
 } from '../../src/util/receive-low-water.js';
+import { tempDir } from '../helpers/fixtures.js';
+import { makeTestCa } from '../helpers/tls.js';
 
 /** A loopback server handing each accepted socket to `onSocket`, and a client connected to it. */
 async function socketPair(): Promise<{ server: Server; client: Socket; peer: Socket }> {
@@ -106,5 +109,24 @@ test('a socket whose option cannot be set is left alone', async () => {
     mark.expect(1000, 1_000_000);
   } finally {
     await closePair(pair);
+  }
+});
+
+test('a TLS socket gets no mark: under it the bytes are ciphertext, and a half-read record would stall', async (t) => {
+  if (!receiveLowWaterAvailable()) return t.skip('no native helper on this machine');
+  const dir = await tempDir('low-water-tls');
+  const ca = await makeTestCa(dir.path, 'lowat');
+  const leaf = await ca.issue('server');
+  const server = createTlsServer({ cert: leaf.cert, key: leaf.key }, (socket) => socket.end('hello'));
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const client = connectTls({ port: (server.address() as AddressInfo).port, host: '127.0.0.1', ca: ca.ca });
+  try {
+    await once(client, 'secureConnect');
+    assert.equal(setReceiveLowWater(client, 1000), false);
+  } finally {
+    client.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await dir.cleanup();
   }
 });

@@ -21,7 +21,7 @@ export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: 
 
 /**
  * A command as `weightcast --help` lists it (`term` and `description`, the same strings its definition
- * produces: test/cli/commands.test.ts compares them), and where its definition is. The list alone
+ * produces: test/cli/help-list.test.ts compares them), and where its definition is. The list alone
  * answers `--help`, `--version` and a mistyped command, so those load no definition at all.
  */
 interface Definition {
