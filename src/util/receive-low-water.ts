@@ -54,6 +54,22 @@ export function receiveLowWaterAvailable(): boolean {
 }
 
 /**
+ * What a service says at start when it reads without the helper on Linux though nobody turned it
+ * off (it was not built at install): more CPU per byte, and how to get it.
+ */
+export function receiveLowWaterNote(
+  platform: NodeJS.Platform = process.platform,
+  available: boolean = receiveLowWaterAvailable(),
+  env: NodeJS.ProcessEnv = process.env,
+): string | undefined {
+  if (platform !== 'linux' || available || env['WEIGHTCAST_RCVLOWAT'] === 'off') return undefined;
+  return (
+    'the native socket helper (SO_RCVLOWAT) is not built, so reads wake every few packets and cost more ' +
+    'CPU; `npm rebuild weightcast` builds it (it needs python3, make and a C compiler)'
+  );
+}
+
+/**
  * One socket's mark. After each read its owner calls `expect` with the bytes that read brought and
  * the bytes of the body still to come (0 between bodies); the option is set only when the value
  * changes, one system call. The mark is also held to HOLD_MS_MAX of the socket's recent rate, so a

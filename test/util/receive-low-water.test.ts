@@ -7,6 +7,7 @@ import {
   LOW_WATER_MAX_BYTES,
   ReceiveLowWater,
   receiveLowWaterAvailable,
+  receiveLowWaterNote,
   setReceiveLowWater,
 } from '../../src/util/receive-low-water.js';
 import { tempDir } from '../helpers/fixtures.js';
@@ -129,4 +130,17 @@ test('a TLS socket gets no mark: under it the bytes are ciphertext, and a half-r
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await dir.cleanup();
   }
+});
+
+test('an agent on Linux without the helper says so at start, and how to build it; otherwise nothing', () => {
+  const note = receiveLowWaterNote('linux', false, {});
+  assert.match(note ?? '', /not built/);
+  assert.match(note ?? '', /npm rebuild weightcast/);
+  assert.equal(receiveLowWaterNote('linux', true, {}), undefined);
+  assert.equal(
+    receiveLowWaterNote('linux', false, { WEIGHTCAST_RCVLOWAT: 'off' }),
+    undefined,
+    'turned off on purpose',
+  );
+  assert.equal(receiveLowWaterNote('darwin', false, {}), undefined, 'only Linux has it');
 });

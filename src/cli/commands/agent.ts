@@ -12,6 +12,7 @@ import { serviceUrlFlag } from './service-url.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
+import { receiveLowWaterNote } from '../../util/receive-low-water.js';
 
 export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   scheduler: string;
@@ -80,6 +81,8 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       await agent.close();
       throw error;
     });
+    const note = receiveLowWaterNote();
+    if (note !== undefined) io.stderr(`weightcast agent: ${note}\n`);
     await serveUntilInterrupted(io, json, 'agent', { url: agent.url, name: agent.name });
     await agent.close();
     return 0;
