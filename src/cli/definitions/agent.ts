@@ -2,13 +2,13 @@
 
 import { Option } from 'commander';
 import type { AgentFlags } from '../commands/agent.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions, withOriginRetryOption, withServerLimitOptions } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
   const command = withAccessOptions(program.command('agent'), 'service')
-    .description('Run a swarm agent: a verified piece cache that fetches from peers and serves them')
+    .description(descriptionOf('agent'))
     .requiredOption('--scheduler <url>', 'the scheduler, e.g. http://10.0.0.1:7000')
     .requiredOption('--cache <dir>', 'where verified pieces are kept (a restart resumes from here)')
     .option('--port <port>', 'port for peers and local pulls (0 = any)', String(AGENT_PORT_DEFAULT))

@@ -3,12 +3,12 @@
 import { Option } from 'commander';
 import type { DistributeFlags } from '../commands/distribute.js';
 import { DISTRIBUTE_MODES } from '../../seed/plan/types.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions } from './shared.js';
 
 export const registerDistribute: RegisterCommand = (program, io, setExitCode) => {
   withAccessOptions(program.command('distribute'), 'operator')
-    .description("Re-lay a model's pieces over the seed tier (dry run unless --apply)")
+    .description(descriptionOf('distribute'))
     .argument('<model>', "the model's digest, sha256:<hex>")
     .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog')
     .option('--mode <mode>', DISTRIBUTE_MODES.join(' | '), 'primary')

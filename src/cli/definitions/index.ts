@@ -20,9 +20,10 @@ import type { CliIo } from '../io.js';
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
 
 /**
- * A command as `weightcast --help` lists it (`term` and `description`, the same strings its definition
- * produces: test/cli/help-list.test.ts compares them), and where its definition is. The list alone
- * answers `--help`, `--version` and a mistyped command, so those load no definition at all.
+ * A command as `weightcast --help` lists it (its `term`, the same string its definition produces:
+ * test/cli/help-list.test.ts compares them; its `description`, which the definition takes from
+ * here), and where its definition is. The list alone answers `--help`, `--version` and a mistyped
+ * command, so those load no definition at all.
  */
 interface Definition {
   name: string;
@@ -120,6 +121,13 @@ export const DEFINITIONS: readonly Definition[] = [
     load: async () => (await import('./serve.js')).registerServe,
   },
 ];
+
+/** A command's description, kept once, here: its definition and the list of commands both show it. */
+export function descriptionOf(name: string): string {
+  const definition = DEFINITIONS.find((entry) => entry.name === name);
+  if (definition === undefined) throw new Error(`no command named ${name}`);
+  return definition.description;
+}
 
 /**
  * The definitions `argv` needs: the named command's alone when its first word is a command (or

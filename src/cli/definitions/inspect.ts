@@ -1,14 +1,12 @@
 /** `weightcast inspect`: flags and help; the work is in ../commands/inspect.ts, imported on run. */
 
 import type { InspectFlags } from '../commands/inspect.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 
 export const registerInspect: RegisterCommand = (program, io, setExitCode) => {
   program
     .command('inspect')
-    .description(
-      'Show the tensors, dtypes and parameter count of a safetensors file or model directory, and any problems',
-    )
+    .description(descriptionOf('inspect'))
     .argument('<path>', 'a .safetensors file, or a directory of shards with model.safetensors.index.json')
     .option('--json', 'print one JSON object')
     .action(async (path: string, flags: InspectFlags) => {

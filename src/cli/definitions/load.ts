@@ -2,14 +2,14 @@
 
 import type { LoadFlags } from '../commands/load.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, SHM_ROOT_DEFAULT } from '../../loader/stream/defaults.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
 
 export const registerLoad: RegisterCommand = (program, io, setExitCode) => {
   withTokenOption(program.command('load'))
-    .description('Stream a model into memory, tensor by tensor as bytes arrive, and write it out')
+    .description(descriptionOf('load'))
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .option('--to <dir>', `output directory (shm default: ${SHM_ROOT_DEFAULT}/<name>)`)
     .option(

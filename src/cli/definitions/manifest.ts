@@ -1,12 +1,12 @@
 /** `weightcast manifest`: flags and help; the work is in ../commands/manifest.ts, imported on run. */
 
 import type { ManifestFlags } from '../commands/manifest.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withOriginRetryOption, withTokenOption } from './shared.js';
 
 export const registerManifest: RegisterCommand = (program, io, setExitCode) => {
   withOriginRetryOption(withTokenOption(program.command('manifest')))
-    .description('Hash a model (directory, file or URL) into its manifest; prints the model digest')
+    .description(descriptionOf('manifest'))
     .argument('<src>', 'model directory, safetensors file, file:// or http(s):// URL')
     .option(
       '--piece-size <size>',

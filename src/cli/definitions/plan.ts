@@ -1,12 +1,12 @@
 /** `weightcast plan`: flags and help; the work is in ../commands/plan.ts, imported on run. */
 
 import type { PlanFlags } from '../commands/plan.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 
 export const registerPlan: RegisterCommand = (program, io, setExitCode) => {
   program
     .command('plan')
-    .description("Show each rank's tensors, slices and source byte ranges for a parallel layout (TP/PP/EP)")
+    .description(descriptionOf('plan'))
     .argument('<src>', 'a local model directory (config.json and safetensors shards)')
     .requiredOption('--tp <n>', 'tensor-parallel ranks per stage')
     .option('--pp <n>', 'pipeline stages', '1')

@@ -2,14 +2,14 @@
 
 import type { PreshardFlags } from '../commands/preshard.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../loader/stream/defaults.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withTokenOption } from './shared.js';
 
 const MiB = 1024 * 1024;
 
 export const registerPreshard: RegisterCommand = (program, io, setExitCode) => {
   const command = withTokenOption(program.command('preshard'))
-    .description('Write per-rank sharded_state files (optionally FP8) with a manifest of every slice')
+    .description(descriptionOf('preshard'))
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--tp <n>', 'tensor-parallel ranks per stage')
     .option('--pp <n>', 'pipeline stages', '1')

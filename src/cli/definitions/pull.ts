@@ -2,7 +2,7 @@
 
 import type { PullFlags } from '../commands/pull.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from '../../pull/defaults.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions, withOriginRetryOption, withTokenOption } from './shared.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
@@ -11,7 +11,7 @@ export const SEED_READS_PER_NODE = 4;
 
 export const registerPull: RegisterCommand = (program, io, setExitCode) => {
   withOriginRetryOption(withAccessOptions(withTokenOption(program.command('pull')), 'client'))
-    .description('Download a model with every piece verified; resumes where it stopped')
+    .description(descriptionOf('pull'))
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--to <dir>', 'destination directory')
     .option('--manifest <file>', 'verify against this manifest (without it the origin is trusted)')

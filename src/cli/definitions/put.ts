@@ -2,12 +2,12 @@
 
 import type { PutFlags } from '../commands/put.js';
 import { PLACEMENT_POLICIES } from '../../seed/plan/types.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions, withOriginRetryOption, withTokenOption } from './shared.js';
 
 export const registerPut: RegisterCommand = (program, io, setExitCode) => {
   withOriginRetryOption(withAccessOptions(withTokenOption(program.command('put')), 'operator'))
-    .description('Load a model into the seed tier, placing its pieces over the seed nodes by policy')
+    .description(descriptionOf('put'))
     .argument('<src>', 'model directory, file:// or http(s):// URL')
     .requiredOption('--scheduler <url>', 'the scheduler that keeps the catalog (started with --catalog)')
     .option('--placement <policy>', `${PLACEMENT_POLICIES.join(' | ')}`, 'round-robin')

@@ -3,12 +3,12 @@
 import type { SchedulerFlags } from '../commands/scheduler.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/defaults.js';
 import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions, withServerLimitOptions } from './shared.js';
 
 export const registerScheduler: RegisterCommand = (program, io, setExitCode) => {
   const command = withAccessOptions(program.command('scheduler'), 'service')
-    .description('Run the swarm scheduler: tells every agent which piece to fetch from whom')
+    .description(descriptionOf('scheduler'))
     .option('--port <port>', 'port to listen on (0 = any)', '7000')
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option(

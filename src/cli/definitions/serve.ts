@@ -1,15 +1,13 @@
 /** `weightcast serve DIR`: flags and help; the work is in ../commands/serve.ts, imported on run. */
 
 import type { ServeFlags } from '../commands/serve.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 import { withServerLimitOptions } from './shared.js';
 
 export const registerServe: RegisterCommand = (program, io, setExitCode) => {
   const command = program
     .command('serve')
-    .description(
-      'Serve a directory over HTTP with byte ranges (an origin for tests and demos); prints {"url": ...} once listening',
-    )
+    .description(descriptionOf('serve'))
     .argument('<dir>', 'the directory whose files are served')
     .option('--port <port>', 'port to listen on (0 = any)', '0')
     .option('--host <address>', 'address to listen on', '127.0.0.1')

@@ -3,14 +3,12 @@
 import type { SimFlags } from '../commands/sim.js';
 import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../swarm/core/types.js';
 import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 
 export const registerSim: RegisterCommand = (program, io, setExitCode) => {
   const command = program
     .command('sim')
-    .description(
-      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
-    )
+    .description(descriptionOf('sim'))
     .option('--hosts <n>', 'hosts that want the model', '100')
     .option('--size-gb <gb>', 'model size in GB (10^9 bytes)', '10')
     .option('--piece-mb <mb>', 'piece size in MiB', '16')

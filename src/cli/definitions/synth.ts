@@ -1,12 +1,12 @@
 /** `weightcast synth`: flags and help; the work is in ../commands/synth.ts, imported on run. */
 
 import type { SynthFlags } from '../commands/synth.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 
 export const registerSynth: RegisterCommand = (program, io, setExitCode) => {
   program
     .command('synth')
-    .description('Write a synthetic checkpoint (Hugging Face layout, deterministic from a seed)')
+    .description(descriptionOf('synth'))
     .requiredOption('--to <dir>', 'directory to write into (created if missing)')
     .option('--arch <arch>', 'llama, qwen2-moe or deepseek-v3', 'llama')
     .option('--dtype <dtype>', 'bf16, f16, f32 or f8_e4m3', 'bf16')

@@ -1,12 +1,12 @@
 /** `weightcast verify`: flags and help; the work is in ../commands/verify.ts, imported on run. */
 
 import type { VerifyFlags } from '../commands/verify.js';
-import type { RegisterCommand } from './index.js';
+import { descriptionOf, type RegisterCommand } from './index.js';
 
 export const registerVerify: RegisterCommand = (program, io, setExitCode) => {
   program
     .command('verify')
-    .description('Check a local copy against a manifest; lists bad files and pieces')
+    .description(descriptionOf('verify'))
     .argument('<dir>', 'directory holding the model files')
     .requiredOption('--manifest <file>', 'manifest to check against')
     .option('--digest <sha256>', 'refuse the manifest unless its digest is this')
