@@ -10,7 +10,9 @@ import { rmSync } from 'node:fs';
 import { onAbruptEnd } from './netns/children.js';
 
 /** A flag the command refuses (thrown by `read`, or by the helpers below). */
-export class BenchUsageError extends Error {}
+export class BenchUsageError extends Error {
+  override name = 'UsageError';
+}
 
 /**
  * Runs `read` on the command line (node:util's parseArgs in strict mode, and checks of its own).

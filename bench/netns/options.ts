@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { parseHedgeTail, parseRingParents } from '../../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
+import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
 
 const MiB = 1024 * 1024;
@@ -64,9 +65,8 @@ export interface Options {
   pullStart: PullStart;
 }
 
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
+/** A flag the benchmark refuses: the one kind every benchmark command reports (bench-args.ts). */
+export { UsageError };
 
 /**
  * A benchmark's flags, parsed: its options, or the exit code once the help (0) or a usage error
@@ -221,11 +221,7 @@ export function schedulingFlags(options: Options): string[] {
 }
 
 function number(text: string, what: string, min: number, max: number): number {
-  const value = Number(text);
-  if (text.trim() === '' || !Number.isFinite(value) || value < min || value > max) {
-    throw new UsageError(`${what} must be a number ${min}-${max}, got ${JSON.stringify(text)}`);
-  }
-  return value;
+  return flagNumber(text, what, min, { min, max });
 }
 
 /** Piece size in MiB: 1/16 (64 KiB, the manifest's smallest) to 1024, a whole number of bytes. */
@@ -237,7 +233,5 @@ function pieceMb(text: string): number {
 }
 
 function integer(text: string, what: string, min: number, max: number): number {
-  const value = number(text, what, min, max);
-  if (!Number.isInteger(value)) throw new UsageError(`${what} must be an integer, got ${text}`);
-  return value;
+  return flagNumber(text, what, min, { min, max, integer: true });
 }
