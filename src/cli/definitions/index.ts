@@ -20,10 +20,10 @@ import type { CliIo } from '../io.js';
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
 
 /**
- * A command as `weightcast --help` lists it (its `term`, the same string its definition produces:
- * test/cli/help-list.test.ts compares them; its `description`, which the definition takes from
- * here), and where its definition is. The list alone answers `--help`, `--version` and a mistyped
- * command, so those load no definition at all.
+ * A command as `weightcast --help` lists it (its term, `name [options] <args>`, the same string its
+ * definition produces: test/cli/help-list.test.ts compares them; its `description`, which the
+ * definition takes from here), and where its definition is. The list alone answers `--help`,
+ * `--version` and a mistyped command, so those load no definition at all.
  */
 interface Definition {
   name: string;
@@ -32,94 +32,96 @@ interface Definition {
   load: () => Promise<RegisterCommand>;
 }
 
+/** Every command takes options; `args` is its arguments as help shows them ('' for none). */
+function command(name: string, args: string, description: string, load: Definition['load']): Definition {
+  return { name, term: `${name} [options]${args === '' ? '' : ` ${args}`}`, description, load };
+}
+
 export const DEFINITIONS: readonly Definition[] = [
-  {
-    name: 'synth',
-    term: 'synth [options]',
-    description: 'Write a synthetic checkpoint (Hugging Face layout, deterministic from a seed)',
-    load: async () => (await import('./synth.js')).registerSynth,
-  },
-  {
-    name: 'inspect',
-    term: 'inspect [options] <path>',
-    description:
-      'Show the tensors, dtypes and parameter count of a safetensors file or model directory, and any problems',
-    load: async () => (await import('./inspect.js')).registerInspect,
-  },
-  {
-    name: 'manifest',
-    term: 'manifest [options] <src>',
-    description: 'Hash a model (directory, file or URL) into its manifest; prints the model digest',
-    load: async () => (await import('./manifest.js')).registerManifest,
-  },
-  {
-    name: 'verify',
-    term: 'verify [options] <dir>',
-    description: 'Check a local copy against a manifest; lists bad files and pieces',
-    load: async () => (await import('./verify.js')).registerVerify,
-  },
-  {
-    name: 'plan',
-    term: 'plan [options] <src>',
-    description: "Show each rank's tensors, slices and source byte ranges for a parallel layout (TP/PP/EP)",
-    load: async () => (await import('./plan.js')).registerPlan,
-  },
-  {
-    name: 'pull',
-    term: 'pull [options] <src>',
-    description: 'Download a model with every piece verified; resumes where it stopped',
-    load: async () => (await import('./pull.js')).registerPull,
-  },
-  {
-    name: 'load',
-    term: 'load [options] <src>',
-    description: 'Stream a model into memory, tensor by tensor as bytes arrive, and write it out',
-    load: async () => (await import('./load.js')).registerLoad,
-  },
-  {
-    name: 'preshard',
-    term: 'preshard [options] <src>',
-    description: 'Write per-rank sharded_state files (optionally FP8) with a manifest of every slice',
-    load: async () => (await import('./preshard.js')).registerPreshard,
-  },
-  {
-    name: 'scheduler',
-    term: 'scheduler [options]',
-    description: 'Run the swarm scheduler: tells every agent which piece to fetch from whom',
-    load: async () => (await import('./scheduler.js')).registerScheduler,
-  },
-  {
-    name: 'agent',
-    term: 'agent [options]',
-    description: 'Run a swarm agent: a verified piece cache that fetches from peers and serves them',
-    load: async () => (await import('./agent.js')).registerAgent,
-  },
-  {
-    name: 'sim',
-    term: 'sim [options]',
-    description:
-      'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
-    load: async () => (await import('./sim.js')).registerSim,
-  },
-  {
-    name: 'put',
-    term: 'put [options] <src>',
-    description: 'Load a model into the seed tier, placing its pieces over the seed nodes by policy',
-    load: async () => (await import('./put.js')).registerPut,
-  },
-  {
-    name: 'distribute',
-    term: 'distribute [options] <model>',
-    description: "Re-lay a model's pieces over the seed tier (dry run unless --apply)",
-    load: async () => (await import('./distribute.js')).registerDistribute,
-  },
-  {
-    name: 'serve',
-    term: 'serve [options] <dir>',
-    description:
-      'Serve a directory over HTTP with byte ranges (an origin for tests and demos); prints {"url": ...} once listening',
-    load: async () => (await import('./serve.js')).registerServe,
-  },
+  command(
+    'synth',
+    '',
+    'Write a synthetic checkpoint (Hugging Face layout, deterministic from a seed)',
+    async () => (await import('./synth.js')).registerSynth,
+  ),
+  command(
+    'inspect',
+    '<path>',
+    'Show the tensors, dtypes and parameter count of a safetensors file or model directory, and any problems',
+    async () => (await import('./inspect.js')).registerInspect,
+  ),
+  command(
+    'manifest',
+    '<src>',
+    'Hash a model (directory, file or URL) into its manifest; prints the model digest',
+    async () => (await import('./manifest.js')).registerManifest,
+  ),
+  command(
+    'verify',
+    '<dir>',
+    'Check a local copy against a manifest; lists bad files and pieces',
+    async () => (await import('./verify.js')).registerVerify,
+  ),
+  command(
+    'plan',
+    '<src>',
+    "Show each rank's tensors, slices and source byte ranges for a parallel layout (TP/PP/EP)",
+    async () => (await import('./plan.js')).registerPlan,
+  ),
+  command(
+    'pull',
+    '<src>',
+    'Download a model with every piece verified; resumes where it stopped',
+    async () => (await import('./pull.js')).registerPull,
+  ),
+  command(
+    'load',
+    '<src>',
+    'Stream a model into memory, tensor by tensor as bytes arrive, and write it out',
+    async () => (await import('./load.js')).registerLoad,
+  ),
+  command(
+    'preshard',
+    '<src>',
+    'Write per-rank sharded_state files (optionally FP8) with a manifest of every slice',
+    async () => (await import('./preshard.js')).registerPreshard,
+  ),
+  command(
+    'scheduler',
+    '',
+    'Run the swarm scheduler: tells every agent which piece to fetch from whom',
+    async () => (await import('./scheduler.js')).registerScheduler,
+  ),
+  command(
+    'agent',
+    '',
+    'Run a swarm agent: a verified piece cache that fetches from peers and serves them',
+    async () => (await import('./agent.js')).registerAgent,
+  ),
+  command(
+    'sim',
+    '',
+    'Simulate a swarm fan-out with the real scheduling core; prints T_last against the fluid bound',
+    async () => (await import('./sim.js')).registerSim,
+  ),
+  command(
+    'put',
+    '<src>',
+    'Load a model into the seed tier, placing its pieces over the seed nodes by policy',
+    async () => (await import('./put.js')).registerPut,
+  ),
+  command(
+    'distribute',
+    '<model>',
+    "Re-lay a model's pieces over the seed tier (dry run unless --apply)",
+    async () => (await import('./distribute.js')).registerDistribute,
+  ),
+  command(
+    'serve',
+    '<dir>',
+    'Serve a directory over HTTP with byte ranges (an origin for tests and demos); prints {"url": ...} once listening',
+    async () => (await import('./serve.js')).registerServe,
+  ),
 ];
 
 /** A command's description, kept once, here: its definition and the list of commands both show it. */
