@@ -151,7 +151,8 @@ async function main(): Promise<void> {
   if (args === undefined) return;
   const { sizeMb, keep } = args;
   const work = await mkdtemp(join(tmpdir(), 'weightcast-bench-'));
-  const disarmCleanup = removedOnAbruptEnd(work);
+  // With --keep the directory stays, also when the run is cut short.
+  const disarmCleanup = keep ? () => undefined : removedOnAbruptEnd(work);
   const modelDir = join(work, 'model');
   const cores = availableParallelism();
   console.log(
