@@ -41,6 +41,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { buildManifest } from '../src/manifest/build.js';
 import { manifestDigest, totalBytes, totalPieces, writeManifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
+import { PieceMap } from '../src/piece/piece-map.js';
+import {
+  TRANSFER_UNIT_BYTES_DEFAULT,
+  TransferUnits,
+  unitPiecesFor,
+} from '../src/swarm/scheduler/transfer-units.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
 import { bittorrentLeg, chainLeg } from './netns/baseline-legs.js';
@@ -73,6 +79,7 @@ import {
   originReadersFlags,
   parseOptions,
   schedulingFlags,
+  transferUnitFlags,
   UsageError,
   USAGE,
   type Options,
@@ -131,6 +138,11 @@ async function prepareModel(work: string, options: Options, warmUp = false): Pro
   const manifest = await buildManifest(local, pieceSize).finally(() => local.close());
   const manifestPath = join(work, warmUp ? 'warm-up-manifest.json' : 'manifest.json');
   await writeManifest(manifestPath, manifest);
+  const map = new PieceMap(manifest);
+  const units = new TransferUnits(
+    map,
+    options.transferUnit ?? unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT),
+  );
   return {
     dir,
     originRoot,
@@ -138,6 +150,9 @@ async function prepareModel(work: string, options: Options, warmUp = false): Pro
     totalBytes: totalBytes(manifest),
     pieceBytes: manifest.pieceSize,
     pieces: totalPieces(manifest),
+    unitPieces: units.unitPieces,
+    units: units.count,
+    unitBytes: units.unitBytes,
     digest: manifestDigest(manifest),
   };
 }
@@ -323,6 +338,7 @@ async function startScheduler(
     '--ring-parents',
     String(options.ringParents),
     ...schedulingFlags(options),
+    ...transferUnitFlags(options),
   ];
   const scheduler = await startService(context, meter, services, place.ns, argv, 'scheduler', {
     role: 'scheduler',
@@ -711,7 +727,7 @@ interface Report {
   modeNote: string;
   /** The machine's 1-minute load average when the benchmark started. */
   loadAverageAtStart: number;
-  setting: Setting & { pieceMb: number; pieces: number; digest: string };
+  setting: Setting & { pieceMb: number; pieces: number; unitPieces: number; units: number; digest: string };
   tLowerBoundSeconds: number;
   naiveFluidSeconds: number;
   chainFluidSeconds: number;
@@ -788,7 +804,9 @@ function printReport(report: Report): void {
     ]);
   }
   console.log(
-    `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${formatBytes(setting.pieceMb * MiB)}, ` +
+    `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${formatBytes(setting.pieceMb * MiB)}` +
+      (setting.unitPieces > 1 ? `, moved ${setting.unitPieces} at a time in ${setting.units} transfer units` : '') +
+      `, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
       `origin ${setting.originMbps} Mbit/s; scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
   );
@@ -927,7 +945,8 @@ async function main(argv: readonly string[]): Promise<number> {
     };
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
     const simLinkShare = problem === undefined ? tcpPayloadShare(options.mtu) : 1;
-    const sim = await predict(setting, model.pieceBytes, options, root, simLinkShare);
+    // The simulator moves whole pieces: it is given the scheduler's transfer units as its pieces.
+    const sim = await predict(setting, model.unitBytes, options, root, simLinkShare);
     if (cgroupsProblem === undefined)
       cgroups = await CgroupTree.create(testbedTag(process.pid, randomInt(26)));
     hostSet =
@@ -982,7 +1001,14 @@ async function main(argv: readonly string[]): Promise<number> {
       mode: hostSet.mode,
       modeNote,
       loadAverageAtStart,
-      setting: { ...setting, pieceMb: model.pieceBytes / MiB, pieces: model.pieces, digest: model.digest },
+      setting: {
+        ...setting,
+        pieceMb: model.pieceBytes / MiB,
+        pieces: model.pieces,
+        unitPieces: model.unitPieces,
+        units: model.units,
+        digest: model.digest,
+      },
       tLowerBoundSeconds: lowerBoundSeconds(setting),
       naiveFluidSeconds: naiveFluidSeconds(setting),
       chainFluidSeconds: chainFluidSeconds(setting, simLinkShare),

@@ -30,6 +30,8 @@ export interface ClusterOptions {
   /** The origin's upload cap; undefined = none. */
   originMbps?: number;
   originReaders?: number;
+  /** Pieces per transfer unit (the scheduler's `--transfer-unit`); undefined: its own choice. */
+  transferUnit?: number;
   /** Agents (by index) that serve corrupted bytes on purpose. */
   corruptAgents?: readonly number[];
   hostTimeoutMs?: number;
@@ -143,6 +145,7 @@ export class Cluster {
         String(this.schedulerPort),
         ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
         ...(options.hostTimeoutMs === undefined ? [] : ['--host-timeout-ms', String(options.hostTimeoutMs)]),
+        ...(options.transferUnit === undefined ? [] : ['--transfer-unit', String(options.transferUnit)]),
       ],
       /listening on (\S+)/,
       'scheduler',
@@ -216,6 +219,8 @@ export class Cluster {
   }
 
   async schedulerStatus(): Promise<{
+    /** The swarm's transfer units (its pieces, one per unit, unless the scheduler groups them). */
+    pieceCount: number;
     originBytesAssigned: number;
     hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
   }> {
@@ -227,6 +232,7 @@ export class Cluster {
     });
     if (!response.ok) throw new Error(`scheduler status: ${response.status} ${await response.text()}`);
     return (await response.json()) as {
+      pieceCount: number;
       originBytesAssigned: number;
       hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
     };

@@ -53,6 +53,10 @@ export interface Model {
   totalBytes: number;
   pieceBytes: number;
   pieces: number;
+  /** What the scheduler moves per transfer (transfer-units.ts): pieces per unit, units, the largest unit's bytes. */
+  unitPieces: number;
+  units: number;
+  unitBytes: number;
   digest: string;
 }
 

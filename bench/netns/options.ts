@@ -5,7 +5,7 @@
  */
 
 import { parseArgs } from 'node:util';
-import { parseHedgeTail, parseRingParents } from '../../src/cli/swarm-flags.js';
+import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
@@ -58,6 +58,8 @@ export interface Options {
   uploads: number | undefined;
   /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
   hedgeTail: number | undefined;
+  /** Pieces per transfer unit (`--transfer-unit`); undefined: the scheduler's own choice. */
+  transferUnit: number | undefined;
   /** The testbed links' MTU (netns only). */
   mtu: number;
   schedulerOn: SchedulerPlace;
@@ -99,6 +101,7 @@ export const USAGE = [
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
+  "  --transfer-unit N|auto (pieces per transfer; auto: the scheduler's choice, the simulator moves units as pieces)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
   '      when the clock starts and `weightcast pull --agent` once it listens; swarm-warm: warmed-up agents',
@@ -134,6 +137,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       downloads: { type: 'string' },
       uploads: { type: 'string' },
       'hedge-tail': { type: 'string' },
+      'transfer-unit': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -176,6 +180,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
+    transferUnit: transferUnit(values['transfer-unit']),
   };
 }
 
@@ -201,7 +206,6 @@ export function parseLegs(text: string, warm: boolean): Leg[] {
   return LEGS.filter((leg) => named.includes(leg));
 }
 
-/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
 /**
  * The origin readers the scheduler and the simulator are both given: the flag's value, else the
  * scheduler's default. Without it the simulator would pick its own (enough transfers to fill the
@@ -212,12 +216,27 @@ export function originReadersFlags(options: Pick<Options, 'originReaders'>): str
   return ['--origin-readers', String(options.originReaders ?? SWARM_SERVICE_DEFAULTS.originReaders)];
 }
 
+/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
 export function schedulingFlags(options: Options): string[] {
   return [
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
     ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),
   ];
+}
+
+/** `--transfer-unit` as given, for the scheduler only (the simulator is given the unit's bytes as its piece size). */
+export function transferUnitFlags(options: Pick<Options, 'transferUnit'>): string[] {
+  return options.transferUnit === undefined ? [] : ['--transfer-unit', String(options.transferUnit)];
+}
+
+function transferUnit(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return parseTransferUnit(text);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
 }
 
 function number(text: string, what: string, min: number, max: number): number {

@@ -6,6 +6,7 @@
 
 import type { Command } from 'commander';
 import { WeightcastError } from '../errors.js';
+import { ASSIGNMENT_PIECES_MAX } from '../swarm/wire/limits.js';
 
 const RING_PARENTS_MAX = 64;
 const HEDGE_TAIL_MAX = 4096;
@@ -24,6 +25,27 @@ export function hedgeTailOption(command: Command, defaultValue: number): Command
     "hedge each host's last N pieces: a second copy from another parent (0 = never)",
     String(defaultValue),
   );
+}
+
+export function transferUnitOption(command: Command): Command {
+  return command.option(
+    '--transfer-unit <pieces>',
+    'pieces per transfer: auto (runs of at least 1 MiB while a model keeps 256 of them), or N (1 = every piece alone)',
+    'auto',
+  );
+}
+
+/** `--transfer-unit`: undefined for auto, else 1 to ASSIGNMENT_PIECES_MAX pieces. */
+export function parseTransferUnit(text: string): number | undefined {
+  if (text === 'auto') return undefined;
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isInteger(value) || value < 1 || value > ASSIGNMENT_PIECES_MAX) {
+    throw new WeightcastError(
+      'USAGE',
+      `--transfer-unit must be auto or a number of pieces from 1 to ${ASSIGNMENT_PIECES_MAX}, got ${JSON.stringify(text)}`,
+    );
+  }
+  return value;
 }
 
 /** `--ring-parents`: 0 (off) or a positive integer up to RING_PARENTS_MAX. */

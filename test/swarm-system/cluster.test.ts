@@ -53,6 +53,7 @@ async function withCluster(
     originMbps?: number;
     corruptAgents?: number[];
     hostTimeoutMs?: number;
+    transferUnit?: number;
   },
   body: (cluster: Cluster) => Promise<void>,
 ): Promise<void> {
@@ -79,81 +80,102 @@ const all = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
 describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
   it('delivers identical copies to every agent with the origin sending each byte about once', async () => {
-    await withCluster('basic', { hosts: 4, hostMbps: 80, originMbps: 80 }, async (cluster) => {
-      const started = performance.now();
-      await Promise.all(all(4).map((i) => cluster.join(i)));
-      await cluster.waitComplete(all(4), started, 60_000);
-      await assertCopies(cluster, all(4));
-      const status = await cluster.schedulerStatus();
-      const originShare = status.originBytesAssigned / size;
-      // A naive pull would cost 4 x S at the origin.
-      assert.ok(originShare <= 1.5, `origin sent ${originShare.toFixed(2)} x S`);
-    });
-  });
-
-  it('delivers 0 corrupt bytes when an agent serves corrupted pieces, and demotes that agent', async () => {
     await withCluster(
-      'corrupt',
-      { hosts: 4, hostMbps: 80, originMbps: 40, corruptAgents: [0] },
+      'basic',
+      { hosts: 4, hostMbps: 80, originMbps: 80, transferUnit: 3 },
       async (cluster) => {
         const started = performance.now();
         await Promise.all(all(4).map((i) => cluster.join(i)));
         await cluster.waitComplete(all(4), started, 60_000);
         await assertCopies(cluster, all(4));
-        const statuses = await Promise.all([1, 2, 3].map((i) => cluster.status(i)));
-        const caught = statuses.reduce((sum, s) => sum + s.corruptPieces, 0);
-        assert.ok(caught > 0, 'no corrupt piece was ever served, so the test proves nothing');
-        const view = await cluster.schedulerStatus();
-        const bad = view.hosts.find((h) => h.url === cluster.agentUrl(0));
-        assert.ok(
-          bad !== undefined && (bad.demoted || bad.banned),
-          `agent 0 not penalised: ${JSON.stringify(bad)}`,
-        );
+        const status = await cluster.schedulerStatus();
+        // The scheduler moved the model in transfers of 3 pieces (units never span two files).
+        const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+        const units = manifest.files.reduce((sum, file) => sum + Math.ceil(file.pieces.length / 3), 0);
+        assert.equal(status.pieceCount, units, `${pieces} pieces`);
+        const originShare = status.originBytesAssigned / size;
+        // A naive pull would cost 4 x S at the origin.
+        assert.ok(originShare <= 1.5, `origin sent ${originShare.toFixed(2)} x S`);
       },
     );
   });
 
-  it('resumes an agent killed with kill -9 without refetching the pieces it had verified', async () => {
-    await withCluster('kill9', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {
-      const started = performance.now();
-      await Promise.all(all(3).map((i) => cluster.join(i)));
-      for (let tries = 0; tries < 400; tries++) {
-        if ((await cluster.status(2)).held >= 8) break;
-        await sleep(20);
-      }
-      const before = (await cluster.status(2)).held;
-      assert.ok(
-        before > 0 && before < (await cluster.status(2)).pieceCount,
-        `agent 2 held ${before} pieces when killed`,
+  // With transfers of 2 pieces the agent flips the first byte of a transfer's second piece: the
+  // first piece is stored, the second rejected and the sender blamed.
+  for (const transferUnit of [1, 2]) {
+    it(`delivers 0 corrupt bytes when an agent serves corrupted pieces, and demotes that agent (transfers of ${transferUnit} pieces)`, async () => {
+      await withCluster(
+        `corrupt-${transferUnit}`,
+        { hosts: 4, hostMbps: 80, originMbps: 40, corruptAgents: [0], transferUnit },
+        async (cluster) => {
+          const started = performance.now();
+          await Promise.all(all(4).map((i) => cluster.join(i)));
+          await cluster.waitComplete(all(4), started, 60_000);
+          await assertCopies(cluster, all(4));
+          const statuses = await Promise.all([1, 2, 3].map((i) => cluster.status(i)));
+          const caught = statuses.reduce((sum, s) => sum + s.corruptPieces, 0);
+          assert.ok(caught > 0, 'no corrupt piece was ever served, so the test proves nothing');
+          const view = await cluster.schedulerStatus();
+          const bad = view.hosts.find((h) => h.url === cluster.agentUrl(0));
+          assert.ok(
+            bad !== undefined && (bad.demoted || bad.banned),
+            `agent 0 not penalised: ${JSON.stringify(bad)}`,
+          );
+        },
       );
-      cluster.agents[2]!.child.kill('SIGKILL');
-      await sleep(200);
-      // The restarted agent finds the model in its cache and resumes it without being asked.
-      const restarted = await cluster.startAgent(2);
-      // The restarted agent says how many verified pieces it found before fetching anything.
-      const joined = restarted.lines.map((line) => /joined, (\d+) of/.exec(line)).find((m) => m !== null);
-      assert.ok(joined, restarted.lines.join('\n'));
-      const resumed = Number(joined[1]);
-      assert.ok(resumed >= before, `resumed with ${resumed} pieces, had ${before} verified before kill -9`);
-      await cluster.waitComplete(all(3), started, 60_000);
-      const after = await cluster.status(2);
-      // Pieces stored after the restart (copies that raced in twice not counted) fit in what was
-      // missing: even if the resumed pieces were the smallest ones.
-      const lengths = manifest.files.flatMap((f) =>
-        f.pieces.map((_, i) => Math.min(PIECE, f.size - i * PIECE)),
-      );
-      const resumedBytesMin = lengths
-        .sort((x, y) => x - y)
-        .slice(0, resumed)
-        .reduce((a, b) => a + b, 0);
-      const fetched = after.originBytes + after.peerBytes;
-      assert.ok(
-        fetched <= size - resumedBytesMin,
-        `stored ${fetched} bytes after resuming ${resumed} pieces`,
-      );
-      await assertCopies(cluster, all(3));
     });
-  });
+  }
+
+  for (const transferUnit of [1, 3]) {
+    it(`resumes an agent killed with kill -9 without refetching the pieces it had verified (transfers of ${transferUnit} pieces)`, async () => {
+      await withCluster(
+        `kill9-${transferUnit}`,
+        { hosts: 3, hostMbps: 24, originMbps: 24, transferUnit },
+        async (cluster) => {
+          const started = performance.now();
+          await Promise.all(all(3).map((i) => cluster.join(i)));
+          for (let tries = 0; tries < 400; tries++) {
+            if ((await cluster.status(2)).held >= 8) break;
+            await sleep(20);
+          }
+          const before = (await cluster.status(2)).held;
+          assert.ok(
+            before > 0 && before < (await cluster.status(2)).pieceCount,
+            `agent 2 held ${before} pieces when killed`,
+          );
+          cluster.agents[2]!.child.kill('SIGKILL');
+          await sleep(200);
+          // The restarted agent finds the model in its cache and resumes it without being asked.
+          const restarted = await cluster.startAgent(2);
+          // The restarted agent says how many verified pieces it found before fetching anything.
+          const joined = restarted.lines.map((line) => /joined, (\d+) of/.exec(line)).find((m) => m !== null);
+          assert.ok(joined, restarted.lines.join('\n'));
+          const resumed = Number(joined[1]);
+          assert.ok(
+            resumed >= before,
+            `resumed with ${resumed} pieces, had ${before} verified before kill -9`,
+          );
+          await cluster.waitComplete(all(3), started, 60_000);
+          const after = await cluster.status(2);
+          // Pieces stored after the restart (copies that raced in twice not counted) fit in what was
+          // missing: even if the resumed pieces were the smallest ones.
+          const lengths = manifest.files.flatMap((f) =>
+            f.pieces.map((_, i) => Math.min(PIECE, f.size - i * PIECE)),
+          );
+          const resumedBytesMin = lengths
+            .sort((x, y) => x - y)
+            .slice(0, resumed)
+            .reduce((a, b) => a + b, 0);
+          const fetched = after.originBytes + after.peerBytes;
+          assert.ok(
+            fetched <= size - resumedBytesMin,
+            `stored ${fetched} bytes after resuming ${resumed} pieces`,
+          );
+          await assertCopies(cluster, all(3));
+        },
+      );
+    });
+  }
 
   it('completes when the scheduler is killed mid-run, and agents register again when it is back', async () => {
     await withCluster('scheduler-kill', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {

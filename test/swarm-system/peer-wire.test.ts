@@ -22,6 +22,7 @@ import {
   type PieceRequest,
 } from '../../src/swarm/wire/peer-frames.js';
 import { Throttle } from '../../src/util/throttle.js';
+import { ASSIGNMENT_BYTES_MAX } from '../../src/swarm/wire/limits.js';
 
 const MODEL = 'cd'.repeat(32);
 const PIECE = 64 * 1024;
@@ -32,15 +33,17 @@ function pieceBytes(piece: number): Buffer {
   return DATA.subarray(piece * PIECE, Math.min(DATA.length, (piece + 1) * PIECE));
 }
 
-function servedModel(held: (piece: number) => boolean = () => true): ServedModel {
+/** The model as one file of PIECES pieces; with `spans`, requests may run on into the next pieces. */
+function servedModel(held: (piece: number) => boolean = () => true, spans = false): ServedModel {
   return {
     pieceCount: PIECES,
     pieceSize: PIECE,
     pieceLength: (piece) => pieceBytes(piece).length,
     has: held,
+    ...(spans ? { piecesInFileFrom: (piece: number) => PIECES - piece } : {}),
     read: async (piece, offset, target) => {
       await sleep(0);
-      pieceBytes(piece).copy(target, 0, offset, offset + target.length);
+      DATA.copy(target, 0, piece * PIECE + offset, piece * PIECE + offset + target.length);
     },
   };
 }
@@ -52,10 +55,10 @@ interface Listening {
 
 /** An HTTP server whose upgrades go to a PeerWireServer, as on an agent. */
 async function wireAgent(
-  options: { uploads?: number; held?: (piece: number) => boolean; corrupt?: boolean } = {},
+  options: { uploads?: number; held?: (piece: number) => boolean; corrupt?: boolean; spans?: boolean } = {},
 ): Promise<Listening & { wire: PeerWireServer }> {
   const wire = new PeerWireServer({
-    model: (hex) => (hex === MODEL ? servedModel(options.held) : undefined),
+    model: (hex) => (hex === MODEL ? servedModel(options.held, options.spans) : undefined),
     uploads: new UploadSlots(options.uploads ?? 4),
     throttle: new Throttle(undefined),
     ...(options.corrupt === true ? { corruptUploads: true } : {}),
@@ -201,6 +204,32 @@ describe('peer wire over real sockets', () => {
       busy.wire.close();
       holey.wire.close();
       await Promise.all([busy.close(), holey.close()]);
+    }
+  });
+
+  it('serves a range running on through the next held pieces of the file (a transfer unit), and no further', async () => {
+    const agent = await wireAgent({ held: (piece) => piece !== 5, spans: true });
+    const wire = client(agent.url);
+    try {
+      const unit = Buffer.alloc(3 * PIECE);
+      await wire.read(1, 0, unit);
+      assert.ok(unit.equals(DATA.subarray(PIECE, 4 * PIECE)));
+      const across = Buffer.alloc(PIECE);
+      await wire.read(2, 100, across);
+      assert.ok(across.equals(DATA.subarray(2 * PIECE + 100, 3 * PIECE + 100)));
+      // Through a piece it does not hold, past the file's end, longer than a request may be.
+      await assert.rejects(wire.read(4, 0, Buffer.alloc(2 * PIECE)), { code: 'SWARM_PIECE_NOT_HELD' });
+      await assert.rejects(wire.read(6, 0, Buffer.alloc(2 * PIECE + 10)), { code: 'SWARM_PROTOCOL' });
+      await assert.rejects(wire.read(0, 0, Buffer.alloc(ASSIGNMENT_BYTES_MAX + 1)), {
+        code: 'SWARM_PROTOCOL',
+      });
+      const last = Buffer.alloc(PIECE + pieceBytes(7).length);
+      await wire.read(6, 0, last);
+      assert.ok(last.equals(DATA.subarray(6 * PIECE)));
+    } finally {
+      await wire.close();
+      agent.wire.close();
+      await agent.close();
     }
   });
 

@@ -248,4 +248,57 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.equal(service.core.heldCount(a), 1);
     service.core.checkInvariants();
   });
+  it('hands out transfer units as runs of pieces, and counts a host holding part of a unit as lacking it', () => {
+    const seed = 11;
+    // Two files: 7 and 5 pieces; units of 3: [0-2] [3-5] [6] | [7-9] [10-11].
+    const digests = (file: number, n: number): string[] =>
+      Array.from({ length: n }, (_, i) => createHash('sha256').update(`${file}/${i}`).digest('hex'));
+    const manifest: Manifest = {
+      pieceSize: 65536,
+      files: [
+        { path: 'a.bin', size: 7 * 65536, merkleRoot: merkleRoot(digests(0, 7)), pieces: digests(0, 7) },
+        { path: 'b.bin', size: 5 * 65536, merkleRoot: merkleRoot(digests(1, 5)), pieces: digests(1, 5) },
+      ],
+    };
+    const service = new SwarmService('e1'.repeat(32), new PieceMap(manifest), {
+      ...SWARM_SERVICE_DEFAULTS,
+      randomSeed: seed,
+      transferUnitPieces: 3,
+    });
+    assert.equal(service.units.count, 5);
+    // A host holding pieces 0-2 (a whole unit) and 3 (a third of one) holds one unit.
+    const resumed = register(service, 0, 'resumed', [0, 1, 2, 3]);
+    const fresh = register(service, 0, 'fresh');
+    assert.equal(service.core.heldCount(resumed), 1);
+    const runs = new Set<string>();
+    const pending = new Map<number, WireAssignment[]>([
+      [resumed, []],
+      [fresh, []],
+    ]);
+    let now = 0;
+    for (let round = 0; round < 200 && ![resumed, fresh].every((h) => service.core.isComplete(h)); round++) {
+      now += 10;
+      for (const host of [resumed, fresh]) {
+        const queue = pending.get(host)!;
+        const reports: Report[] = queue
+          .splice(0)
+          .map((a) => ({ transferId: a.transferId, outcome: 'verified' }));
+        service.sync(now, host, { reports, waitMs: 0 });
+        for (const assignment of service.takeReply(host).assignments) {
+          runs.add(`${assignment.piece}+${assignment.count ?? 1}`);
+          queue.push(assignment);
+        }
+      }
+    }
+    assert.ok(
+      [resumed, fresh].every((h) => service.core.isComplete(h)),
+      `not complete (seed ${seed})`,
+    );
+    // Every assignment is a whole unit; none crosses from a.bin into b.bin.
+    for (const run of runs) assert.ok(['0+3', '3+3', '6+1', '7+3', '10+2'].includes(run), run);
+    assert.ok(runs.has('3+3'), 'the partly held unit was assigned whole; the agent skips what it holds');
+    // The origin's bytes are counted per unit, each unit's own length.
+    assert.equal(service.status().originBytesAssigned % 65536, 0);
+    assert.ok(service.status().originBytesAssigned <= 2 * service.map.totalBytes);
+  });
 });

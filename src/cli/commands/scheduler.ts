@@ -5,7 +5,7 @@ import { WeightcastError } from '../../errors.js';
 import { startScheduler } from '../../swarm/scheduler/scheduler-server.js';
 import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
+import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../swarm-flags.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 import type { CatalogStore } from '../../seed/catalog/store.js';
@@ -20,6 +20,7 @@ export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   seed: string;
   ringParents: string;
   hedgeTail: string;
+  transferUnit: string;
   catalog?: string;
   json?: boolean;
 }
@@ -47,11 +48,16 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       hostTimeoutMs: parsePositiveInt(flags.hostTimeoutMs, '--host-timeout-ms'),
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
+      transferUnitPieces: parseTransferUnit(flags.transferUnit),
       limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
         else if (event.type === 'swarm-created')
-          io.stdout(`swarm for model ${event.model.slice(0, 16)}: ${event.pieces} pieces\n`);
+          io.stdout(
+            `swarm for model ${event.model.slice(0, 16)}: ${event.pieces} pieces` +
+              (event.unitPieces > 1 ? `, moved in ${event.units} transfers of up to ${event.unitPieces}` : '') +
+              '\n',
+          );
         else if (event.type === 'host-registered')
           io.stdout(`host ${event.host} (${event.name}) registered holding ${event.held} pieces\n`);
         else io.stdout(`host ${event.host} left\n`);

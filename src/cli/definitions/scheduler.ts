@@ -2,7 +2,7 @@
 
 import type { SchedulerFlags } from '../commands/scheduler.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../swarm/scheduler/defaults.js';
-import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
+import { hedgeTailOption, ringParentsOption, transferUnitOption } from '../swarm-flags.js';
 import { descriptionOf, type RegisterCommand } from './index.js';
 import { withAccessOptions, withServerLimitOptions } from './shared.js';
 
@@ -33,6 +33,7 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
     )
     .option('--seed <n>', 'seed of the scheduling tie-breaks', '1');
   ringParentsOption(command, SWARM_SERVICE_DEFAULTS.ringParents);
+  transferUnitOption(command);
   withServerLimitOptions(command, 60);
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")

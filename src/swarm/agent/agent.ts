@@ -41,7 +41,13 @@ import type { Origin } from '../../origin/origin.js';
 import type { RetryEvent } from '../../origin/http.js';
 import { Throttle } from '../../util/throttle.js';
 import { PieceMap } from '../../piece/piece-map.js';
-import { encodeBitfield, modelHex, parseMessage, syncReplySchema } from '../wire/protocol.js';
+import {
+  ASSIGNMENT_BYTES_MAX,
+  encodeBitfield,
+  modelHex,
+  parseMessage,
+  syncReplySchema,
+} from '../wire/protocol.js';
 import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
 import { PEER_WIRE_PATH } from '../wire/peer-frames.js';
 import { SwarmMember, type MemberEvent } from './member.js';
@@ -707,11 +713,9 @@ export class Agent {
     const { start, end } = range ?? { start: 0, end: file.size };
     const pieces = entry.map.piecesOfRange(fileIndex, start, end);
     if (mode === 'peer') {
-      if (end - start > entry.map.pieceSize) {
-        throw new WeightcastError(
-          'LIMIT_EXCEEDED',
-          `peers read at most one piece (${entry.map.pieceSize} bytes) at once`,
-        );
+      const most = Math.max(entry.map.pieceSize, ASSIGNMENT_BYTES_MAX);
+      if (end - start > most) {
+        throw new WeightcastError('LIMIT_EXCEEDED', `peers read at most ${most} bytes at once`);
       }
       if (!pieces.every((piece) => entry.store.has(piece))) {
         throw new WeightcastError(
@@ -796,6 +800,10 @@ export class Agent {
       pieceSize: map.pieceSize,
       pieceLength: (piece) => map.pieceLength(piece),
       has: (piece) => store.has(piece),
+      piecesInFileFrom: (piece) => {
+        const where = map.locate(piece);
+        return where.file.pieces.length - where.piece;
+      },
       read: async (piece, offset, target) => {
         const where = map.locate(piece);
         await store.readFileRange(where.fileIndex, where.offset + offset, target);

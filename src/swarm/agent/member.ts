@@ -21,7 +21,14 @@ import type { PieceMap } from '../../piece/piece-map.js';
 import type { SyncReply, WireAssignment } from '../wire/protocol.js';
 import { FallbackFetcher } from './fallback-fetcher.js';
 import type { MemberStore } from './member-store.js';
-import { PieceFetcher, firstByteOf, type Fetch, type MemberStats, type PieceEvent } from './piece-fetcher.js';
+import {
+  PieceFetcher,
+  firstByteOf,
+  type Fetch,
+  type FetchResult,
+  type MemberStats,
+  type PieceEvent,
+} from './piece-fetcher.js';
 import { SchedulerSession, type MemberIdentity } from './scheduler-session.js';
 
 export type { MemberIdentity, MemberStats };
@@ -251,8 +258,8 @@ export class SwarmMember {
       if (queued >= 0) this.queue.splice(queued, 1);
     }
     for (const assignment of reply.assignments) {
-      if (assignment.piece >= this.options.map.pieceCount) continue;
-      if (this.options.store.has(assignment.piece)) {
+      if (!withinOneFile(this.options.map, assignment.piece, assignment.count ?? 1)) continue;
+      if (missingRuns(assignment.piece, assignment.count ?? 1, this.options.store).length === 0) {
         this.session.report({ transferId: assignment.transferId, outcome: 'verified' });
         continue;
       }
@@ -277,27 +284,41 @@ export class SwarmMember {
     // The member's close aborts every fetch's controller (close()), so one signal is enough.
     const controller = new AbortController();
     if (this.controller.signal.aborted) return;
-    const fetch: AssignedFetch = this.fetcher.newFetch(assignment.piece, controller);
     const { transferId, piece } = assignment;
-    this.fetches.set(transferId, fetch);
-    this.assignedPieces.set(piece, (this.assignedPieces.get(piece) ?? 0) + 1);
-    this.watchForEnding(transferId, fetch);
+    const count = assignment.count ?? 1;
+    const runs = missingRuns(piece, count, this.options.store);
+    for (let p = piece; p < piece + count; p++)
+      this.assignedPieces.set(p, (this.assignedPieces.get(p) ?? 0) + 1);
+    let fetch: AssignedFetch | undefined;
     try {
       const source = assignment.from === 'origin' ? 'origin' : assignment.from;
-      const { outcome, bytesPerSecond } = await this.fetcher.fetch(fetch, source, controller.signal);
+      let result: FetchResult = { outcome: 'verified' };
+      for (let index = 0; index < runs.length && result.outcome === 'verified'; index++) {
+        const [first, pieces] = runs[index] as [number, number];
+        clearTimeout(fetch?.endingTimer);
+        fetch = this.fetcher.newFetch(first, controller, pieces);
+        this.fetches.set(transferId, fetch);
+        // The pipelining notice looks at the transfer's last run (a unit lacking pieces between
+        // held ones has several; usually there is one).
+        if (index === runs.length - 1) this.watchForEnding(transferId, fetch);
+        result = await this.fetcher.fetch(fetch, source, controller.signal);
+      }
       if (controller.signal.aborted || this.session.host !== host) return;
+      const { outcome, bytesPerSecond } = result;
       this.session.report({
         transferId,
         outcome,
         ...(bytesPerSecond === undefined ? {} : { bytesPerSecond }),
       });
     } finally {
-      clearTimeout(fetch.endingTimer);
+      clearTimeout(fetch?.endingTimer);
       this.session.forgetEnding(transferId);
       this.fetches.delete(transferId);
-      const left = (this.assignedPieces.get(piece) ?? 1) - 1;
-      if (left > 0) this.assignedPieces.set(piece, left);
-      else this.assignedPieces.delete(piece);
+      for (let p = piece; p < piece + count; p++) {
+        const left = (this.assignedPieces.get(p) ?? 1) - 1;
+        if (left > 0) this.assignedPieces.set(p, left);
+        else this.assignedPieces.delete(p);
+      }
     }
   }
 
@@ -344,6 +365,33 @@ export class SwarmMember {
     fetch.progress.onFirstByte = () => lookAt(ENDING_SAMPLE_MIN_MS);
     lookAt(this.endingLeadMs());
   }
+}
+
+/** Whether pieces [piece, piece + count) exist and lie in one file (a transfer unit never spans two). */
+export function withinOneFile(map: PieceMap, piece: number, count: number): boolean {
+  if (!Number.isSafeInteger(piece) || piece < 0 || count < 1 || piece + count > map.pieceCount) return false;
+  const where = map.locate(piece);
+  return where.piece + count <= where.file.pieces.length;
+}
+
+/**
+ * The pieces of [piece, piece + count) that `store` lacks, as runs [first, length] of consecutive
+ * pieces: each run is fetched as one range, and a piece held (verified before a restart, say) is
+ * never fetched again.
+ */
+export function missingRuns(
+  piece: number,
+  count: number,
+  store: Pick<MemberStore, 'has'>,
+): Array<[number, number]> {
+  const runs: Array<[number, number]> = [];
+  for (let p = piece; p < piece + count; p++) {
+    if (store.has(p)) continue;
+    const last = runs[runs.length - 1];
+    if (last !== undefined && last[0] + last[1] === p) last[1]++;
+    else runs.push([p, 1]);
+  }
+  return runs;
 }
 
 /**

@@ -34,6 +34,7 @@ import {
   type WireEvent,
 } from '../wire/peer-frames.js';
 import type { UploadSlots } from './upload-slots.js';
+import { ASSIGNMENT_BYTES_MAX } from '../wire/protocol.js';
 
 /** What the server needs of one model it serves. */
 export interface ServedModel {
@@ -42,7 +43,13 @@ export interface ServedModel {
   pieceLength(piece: number): number;
   /** Held and verified. */
   has(piece: number): boolean;
-  /** Reads bytes [offset, offset + target.length) of a held piece into `target`. */
+  /**
+   * Pieces of the piece's file from `piece` on, itself included. A request may run past its piece
+   * into the next ones of the same file (a transfer unit), up to ASSIGNMENT_BYTES_MAX, if every
+   * piece it covers is held; a model without this serves one piece per request.
+   */
+  piecesInFileFrom?(piece: number): number;
+  /** Reads bytes [offset, offset + target.length) from a held piece's start on into `target`. */
   read(piece: number, offset: number, target: Buffer): Promise<void>;
 }
 
@@ -205,12 +212,9 @@ class ServerConnection {
   private async serveOne(request: PieceRequest): Promise<void> {
     const model = this.model as ServedModel;
     const { requestId, piece, offset, length } = request;
-    if (piece >= model.pieceCount || offset + length > model.pieceLength(piece)) {
-      this.socket.write(encodeResponseHead(requestId, WireStatus.badRequest, 0));
-      return;
-    }
-    if (!model.has(piece)) {
-      this.socket.write(encodeResponseHead(requestId, WireStatus.notHeld, 0));
+    const status = rangeStatus(model, piece, offset, length);
+    if (status !== WireStatus.ok) {
+      this.socket.write(encodeResponseHead(requestId, status, 0));
       return;
     }
     const { uploads } = this.options;
@@ -251,4 +255,27 @@ class ServerConnection {
     }
     return true;
   }
+}
+
+/**
+ * Whether bytes [offset, offset + length) from `piece`'s start may be served: inside the piece, or
+ * running on through the next pieces of its file (at most ASSIGNMENT_BYTES_MAX), every one held.
+ */
+function rangeStatus(model: ServedModel, piece: number, offset: number, length: number): WireStatus {
+  if (piece >= model.pieceCount) return WireStatus.badRequest;
+  const end = offset + length;
+  let covered = model.pieceLength(piece);
+  if (end > covered) {
+    const inFile = model.piecesInFileFrom?.(piece) ?? 1;
+    if (length > Math.max(model.pieceSize, ASSIGNMENT_BYTES_MAX)) return WireStatus.badRequest;
+    let last = piece;
+    while (end > covered) {
+      last++;
+      if (last - piece >= inFile) return WireStatus.badRequest;
+      covered += model.pieceLength(last);
+    }
+    for (let p = piece; p <= last; p++) if (!model.has(p)) return WireStatus.notHeld;
+    return WireStatus.ok;
+  }
+  return model.has(piece) ? WireStatus.ok : WireStatus.notHeld;
 }

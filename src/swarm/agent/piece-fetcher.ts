@@ -1,8 +1,9 @@
 /**
- * PieceFetcher: the member's piece I/O. It fetches one piece from the origin or a peer into a
- * reused piece buffer, under the host's download cap, and hands the bytes to the store, which
+ * PieceFetcher: the member's piece I/O. It fetches a run of consecutive pieces of one file (one
+ * piece, or the missing pieces of a transfer unit) from the origin or a peer into a reused buffer,
+ * as one range, under the host's download cap, and hands each piece's bytes to the store, which
  * verifies them against the manifest before writing. It keeps the member's byte counts and emits
- * one `piece` event per fetch. Assigned fetches (member.ts) and fallback fetches
+ * one `piece` event per piece. Assigned fetches (member.ts) and fallback fetches
  * (fallback-fetcher.ts) both go through it; neither knows how bytes move.
  */
 
@@ -43,11 +44,15 @@ export type PieceEvent = {
   parent?: string;
 };
 
-/** One piece on its way: what the fetcher and the member's pipelining notice share. */
+/** A run of pieces on its way: what the fetcher and the member's pipelining notice share. */
 export interface Fetch {
+  /** The run's first piece. */
   piece: number;
+  /** Consecutive pieces of the same file, from `piece` on. */
+  pieces: number;
   controller: AbortController;
   started: number;
+  /** The run's bytes. */
   length: number;
   /** Bytes of the piece landed before the read in progress (capped reads go in chunks). */
   landedBefore: number;
@@ -107,12 +112,16 @@ export class PieceFetcher {
     this.fileIndex = new Map(options.map.manifest.files.map((file, index) => [file.path, index]));
   }
 
-  newFetch(piece: number, controller: AbortController): Fetch {
+  /** A fetch of `pieces` consecutive pieces from `piece` on (the caller keeps them in one file). */
+  newFetch(piece: number, controller: AbortController, pieces = 1): Fetch {
+    let length = 0;
+    for (let p = piece; p < piece + pieces; p++) length += this.options.map.pieceLength(p);
     return {
       piece,
+      pieces,
       controller,
       started: performance.now(),
-      length: this.options.map.pieceLength(piece),
+      length,
       landedBefore: 0,
       progress: { filled: 0 },
     };
@@ -125,12 +134,20 @@ export class PieceFetcher {
     source: string,
     signal: AbortSignal,
   ): Promise<FetchResult> {
-    const buffer = this.buffers.pop() ?? pieceBuffer(this.options.map.pieceSize);
+    const buffer = this.takeBuffer(fetch.length);
     const result = await this.fetchInto(fetch, source, signal, buffer.subarray(0, fetch.length));
     // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
     // buffers whose read completed go back to the pool.
     if (result.outcome === 'verified' || result.outcome === 'corrupt') this.buffers.push(buffer);
     return result;
+  }
+
+  /** A pooled buffer of at least `length` bytes (a whole number of pieces, so units reuse it). */
+  private takeBuffer(length: number): Buffer {
+    const index = this.buffers.findIndex((buffer) => buffer.length >= length);
+    if (index >= 0) return this.buffers.splice(index, 1)[0] as Buffer;
+    const { pieceSize } = this.options.map;
+    return pieceBuffer(Math.max(1, Math.ceil(length / pieceSize)) * pieceSize);
   }
 
   async close(): Promise<void> {
@@ -168,35 +185,42 @@ export class PieceFetcher {
     }
     const seconds = Math.max(1e-6, (performance.now() - started) / 1000);
     const movingSeconds = Math.max(1e-6, (performance.now() - firstByteOf(fetch)) / 1000);
-    let result;
-    try {
-      result = await this.options.store.put(piece, bytes);
-    } catch (error) {
-      if (signal.aborted) return { outcome: 'cancelled' };
-      // The local disk failed, not the sender: stop the model rather than fetch what cannot be kept.
-      if (isWeightcastError(error) && error.code === 'IO') this.options.onStoreFailure(error);
-      return { outcome: 'failed' };
-    }
-    const event: PieceEvent = {
-      type: 'piece',
-      piece,
-      from,
-      outcome: result === 'corrupt' ? 'corrupt' : 'verified',
-      bytes: length,
-      ms: seconds * 1000,
-      verifyMs: performance.now() - started - seconds * 1000,
-      waitMs: firstByteOf(fetch) - started,
-      ...(from === 'peer' ? { parent: source } : {}),
-    };
-    if (result === 'corrupt') {
-      this.stats.corruptPieces++;
+    // Each piece of the run is verified and stored on its own: one bad piece does not cost the
+    // others, and the run is reported corrupt (the sender's fault) if any piece was.
+    let corrupt = false;
+    let at = 0;
+    for (let p = piece; p < piece + fetch.pieces; p++) {
+      const pieceBytes = bytes.subarray(at, at + this.options.map.pieceLength(p));
+      at += pieceBytes.length;
+      let result;
+      try {
+        result = await this.options.store.put(p, pieceBytes);
+      } catch (error) {
+        if (signal.aborted) return { outcome: 'cancelled' };
+        // The local disk failed, not the sender: stop the model rather than fetch what cannot be kept.
+        if (isWeightcastError(error) && error.code === 'IO') this.options.onStoreFailure(error);
+        return { outcome: 'failed' };
+      }
+      const event: PieceEvent = {
+        type: 'piece',
+        piece: p,
+        from,
+        outcome: result === 'corrupt' ? 'corrupt' : 'verified',
+        bytes: pieceBytes.length,
+        ms: seconds * 1000,
+        verifyMs: performance.now() - started - seconds * 1000,
+        waitMs: firstByteOf(fetch) - started,
+        ...(from === 'peer' ? { parent: source } : {}),
+      };
+      if (result === 'corrupt') {
+        corrupt = true;
+        this.stats.corruptPieces++;
+      } else if (result === 'duplicate') this.stats.duplicateBytes += pieceBytes.length;
+      else if (from === 'origin') this.stats.originBytes += pieceBytes.length;
+      else this.stats.peerBytes += pieceBytes.length;
       this.options.onEvent?.(event);
-      return { outcome: 'corrupt' };
     }
-    if (result === 'duplicate') this.stats.duplicateBytes += length;
-    else if (from === 'origin') this.stats.originBytes += length;
-    else this.stats.peerBytes += length;
-    this.options.onEvent?.(event);
+    if (corrupt) return { outcome: 'corrupt' };
     return { outcome: 'verified', bytesPerSecond: length / movingSeconds };
   }
 

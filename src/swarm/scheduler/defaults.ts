@@ -20,6 +20,11 @@ export interface SwarmServiceOptions {
   ringParents: number;
   /** SwarmConfig.hedgeTailPieces: a host's last this many pieces may be hedged (0 = never). */
   hedgeTailPieces: number;
+  /**
+   * Pieces per transfer unit (transfer-units.ts); undefined: chosen per model, units of at least
+   * TRANSFER_UNIT_BYTES_DEFAULT while the model keeps UNITS_MIN of them; 1: every piece alone.
+   */
+  transferUnitPieces?: number | undefined;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
@@ -31,4 +36,5 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   randomSeed: 1,
   ringParents: RING_PARENTS_DEFAULT,
   hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
+  transferUnitPieces: undefined,
 };

@@ -53,7 +53,7 @@ const SCHEDULER_LIMIT_DEFAULTS = {
 };
 
 export type SchedulerEvent =
-  | { type: 'swarm-created'; model: string; pieces: number; bytes: number }
+  | { type: 'swarm-created'; model: string; pieces: number; bytes: number; units: number; unitPieces: number }
   | { type: 'host-registered'; model: string; host: number; name: string; held: number }
   | { type: 'host-left'; model: string; host: number };
 
@@ -170,7 +170,14 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       const map = new PieceMap(manifest);
       swarm = new SwarmService(model, map, serviceOptions);
       swarms.set(model, swarm);
-      options.onEvent?.({ type: 'swarm-created', model, pieces: map.pieceCount, bytes: map.totalBytes });
+      options.onEvent?.({
+        type: 'swarm-created',
+        model,
+        pieces: map.pieceCount,
+        bytes: map.totalBytes,
+        units: swarm.units.count,
+        unitPieces: swarm.units.unitPieces,
+      });
     }
     if (swarm.hostCount >= hostsMax)
       throw new WeightcastError('SWARM_BUSY', `the swarm already has ${hostsMax} hosts`);

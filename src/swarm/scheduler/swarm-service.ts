@@ -10,6 +10,7 @@ import { WeightcastError } from '../../errors.js';
 import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
+import { TRANSFER_UNIT_BYTES_DEFAULT, TransferUnits, unitPiecesFor } from './transfer-units.js';
 import {
   decodeBitfield,
   type Register,
@@ -42,7 +43,9 @@ export class SwarmService {
   readonly core: SwarmCore;
   private readonly hosts = new Map<number, HostEntry>();
   private readonly byName = new Map<string, number>();
-  private readonly transferHost = new Map<number, { host: number; piece: number; from: number }>();
+  private readonly transferHost = new Map<number, { host: number; unit: number; from: number }>();
+  /** What the core calls pieces are transfer units; the wire speaks pieces (see transfer-units.ts). */
+  readonly units: TransferUnits;
   private readonly freeIds: number[] = [];
   /**
    * Ids of hosts that left carrying blame (banned, corrupt, distrusted), by name: never given to
@@ -57,13 +60,19 @@ export class SwarmService {
     readonly map: PieceMap,
     private readonly options: SwarmServiceOptions,
   ) {
-    const lastLength = map.pieceCount === 0 ? 0 : map.pieceLength(map.pieceCount - 1);
+    this.units = new TransferUnits(
+      map,
+      options.transferUnitPieces ??
+        unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT),
+    );
+    const { units } = this;
+    const lastLength = units.count === 0 ? 0 : units.length(units.count - 1);
     const config: SwarmConfig = {
-      pieceCount: Math.max(1, map.pieceCount),
-      pieceBytes: map.pieceSize,
-      // The core sizes every piece but the last alike; per-file short pieces only skew its estimate
+      pieceCount: Math.max(1, units.count),
+      pieceBytes: units.unitBytes || map.pieceSize,
+      // The core sizes every unit but the last alike; per-file short units only skew its estimate
       // of origin bytes, which the service counts exactly itself.
-      totalBytes: Math.max(1, (map.pieceCount - 1) * map.pieceSize + lastLength),
+      totalBytes: Math.max(1, (units.count - 1) * units.unitBytes + lastLength),
       originUploadBytesPerSecond: options.originBytesPerSecond,
       originReadersMax: options.originReaders,
       downloadsPerHostMax: options.downloadsPerHost,
@@ -89,7 +98,7 @@ export class SwarmService {
   }
 
   register(nowMs: number, message: Register): Registered {
-    const held = decodeBitfield(message.have, this.map.pieceCount);
+    const held = this.units.unitsHeld(decodeBitfield(message.have, this.map.pieceCount));
     // An agent that restarted registers under the same name and address: its old self is gone. A
     // registration from another address cannot take over a host that is still alive (heard from
     // within its timeout): it is refused until that host goes silent.
@@ -167,8 +176,11 @@ export class SwarmService {
       this.distribute(nowMs);
       throw distrusted(entry.name);
     }
-    const urgent = (message.urgent ?? []).filter((piece) => piece < this.map.pieceCount);
-    if (urgent.length > 0) this.core.prioritize(nowMs, host, urgent);
+    const urgent = new Set<number>();
+    for (const piece of message.urgent ?? []) {
+      if (piece < this.map.pieceCount) urgent.add(this.units.unitOf(piece));
+    }
+    if (urgent.size > 0) this.core.prioritize(nowMs, host, [...urgent]);
     this.distribute(nowMs);
   }
 
@@ -230,7 +242,7 @@ export class SwarmService {
     const stats = this.core.stats;
     return {
       model: this.model,
-      pieceCount: this.map.pieceCount,
+      pieceCount: this.units.count,
       totalBytes: this.map.totalBytes,
       hosts: [...this.hosts.values()].map((entry) => ({
         host: entry.id,
@@ -315,15 +327,14 @@ export class SwarmService {
       if (entry === undefined) continue;
       const from = assignment.from === ORIGIN ? undefined : this.hosts.get(assignment.from);
       if (assignment.from !== ORIGIN && from === undefined) continue;
-      this.transferHost.set(assignment.transferId, {
-        host: assignment.host,
-        piece: assignment.piece,
-        from: assignment.from,
-      });
-      if (assignment.from === ORIGIN) this.originBytes += this.map.pieceLength(assignment.piece);
+      const unit = assignment.piece;
+      this.transferHost.set(assignment.transferId, { host: assignment.host, unit, from: assignment.from });
+      if (assignment.from === ORIGIN) this.originBytes += this.units.length(unit);
+      const count = this.units.pieces(unit);
       entry.outbox.push({
         transferId: assignment.transferId,
-        piece: assignment.piece,
+        piece: this.units.firstPiece(unit),
+        ...(count > 1 ? { count } : {}),
         from: from === undefined ? 'origin' : from.url,
         ...(from === undefined ? {} : { peer: from.id }),
         hedge: assignment.hedge,

@@ -17,7 +17,8 @@
  *             empty when the cluster has none). The client sends it first; the server answers with
  *             its own HELLO (empty credential) or a GOODBYE saying why not (UNAUTHORIZED: the
  *             credential matches no token the server has).
- *   REQUEST   piece (u32, global index), offset in the piece (u32), length (u32): 12 bytes.
+ *   REQUEST   piece (u32, global index), offset from the piece's start (u32), length (u32): 12
+ *             bytes. The range may run on into the next pieces of the same file (a transfer unit).
  *   RESPONSE  with status OK, exactly the bytes asked for (the raw piece bytes); otherwise empty.
  *   CANCEL    empty: the client no longer wants `requestId`. A request the server has not started is
  *             answered CANCELLED; one already being sent is sent whole (the client drops its bytes).

@@ -16,7 +16,8 @@
  *   GET    /healthz                                      -> {"ok":true}
  * Agent peer API:
  *   GET /v1/models/:model/files/:path    -> a byte range (Range header) of a model file, at most one
- *                                           piece long and only if held verified (404 SWARM_PIECE_NOT_HELD,
+ *                                           piece or ASSIGNMENT_BYTES_MAX long and only if every piece
+ *                                           under it is held verified (404 SWARM_PIECE_NOT_HELD,
  *                                           503 SWARM_BUSY + Retry-After); bodies land zero-copy
  *                                           in the reader's piece buffer
  *   GET /v1/models/:model/have           -> Have (a bitfield of verified pieces)
@@ -26,9 +27,9 @@
 import * as s from '../../util/schema.js';
 import { WeightcastError } from '../../errors.js';
 
-import { JSON_BODY_BYTES_MAX } from './limits.js';
+import { ASSIGNMENT_BYTES_MAX, ASSIGNMENT_PIECES_MAX, JSON_BODY_BYTES_MAX } from './limits.js';
 
-export { JSON_BODY_BYTES_MAX };
+export { ASSIGNMENT_BYTES_MAX, ASSIGNMENT_PIECES_MAX, JSON_BODY_BYTES_MAX };
 /** Transfers reported or assigned in one sync, each way. */
 export const SYNC_ITEMS_MAX = 4096;
 /** Longest a sync may wait for work before it answers empty (it doubles as the heartbeat). */
@@ -89,7 +90,13 @@ export type Sync = s.Infer<typeof syncSchema>;
 
 export const assignmentSchema = s.object({
   transferId: id,
+  /** The first piece to fetch. */
   piece: id,
+  /**
+   * How many consecutive pieces of the same file, from `piece` on (absent: 1). The agent fetches
+   * the ones it lacks as one range and verifies each piece on its own.
+   */
+  count: s.optional(s.number({ int: true, positive: true, max: ASSIGNMENT_PIECES_MAX })),
   /** Where to fetch: "origin", or a peer's base URL. */
   from: s.string({ max: 2048 }),
   /** The peer's host id, absent for the origin. */
