@@ -174,6 +174,7 @@ interface SimPrediction {
 async function predict(
   setting: Setting,
   pieceBytes: number,
+  unitPieces: number,
   options: Options,
   root: ChildRegistry,
   payloadShare: number,
@@ -194,7 +195,7 @@ async function predict(
     ...originReadersFlags(options),
     '--ring-parents',
     String(options.ringParents),
-    ...schedulingFlags(options),
+    ...schedulingFlags(options, unitPieces),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -805,7 +806,9 @@ function printReport(report: Report): void {
   }
   console.log(
     `fan-out of a ${formatBytes(setting.totalBytes)} model (${setting.pieces} pieces of ${formatBytes(setting.pieceMb * MiB)}` +
-      (setting.unitPieces > 1 ? `, moved ${setting.unitPieces} at a time in ${setting.units} transfer units` : '') +
+      (setting.unitPieces > 1
+        ? `, moved ${setting.unitPieces} at a time in ${setting.units} transfer units`
+        : '') +
       `, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
       `origin ${setting.originMbps} Mbit/s; scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
@@ -946,7 +949,7 @@ async function main(argv: readonly string[]): Promise<number> {
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
     const simLinkShare = problem === undefined ? tcpPayloadShare(options.mtu) : 1;
     // The simulator moves whole pieces: it is given the scheduler's transfer units as its pieces.
-    const sim = await predict(setting, model.unitBytes, options, root, simLinkShare);
+    const sim = await predict(setting, model.unitBytes, model.unitPieces, options, root, simLinkShare);
     if (cgroupsProblem === undefined)
       cgroups = await CgroupTree.create(testbedTag(process.pid, randomInt(26)));
     hostSet =

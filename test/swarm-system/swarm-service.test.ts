@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
-import { SWARM_SERVICE_DEFAULTS, SwarmService } from '../../src/swarm/scheduler/swarm-service.js';
+import { SWARM_SERVICE_DEFAULTS, SwarmService, coreConfig } from '../../src/swarm/scheduler/swarm-service.js';
 import { encodeBitfield, type Report, type WireAssignment } from '../../src/swarm/wire/protocol.js';
 
 function fakeManifest(pieces: number, pieceSize = 65536): Manifest {
@@ -266,6 +266,11 @@ describe('SwarmService (scheduler shell, fake time)', () => {
       transferUnitPieces: 3,
     });
     assert.equal(service.units.count, 5);
+    // The core sees units as its pieces, and hedges the same pieces' worth of them.
+    const config = coreConfig(service.units, { ...SWARM_SERVICE_DEFAULTS, hedgeTailPieces: 10 });
+    assert.equal(config.pieceCount, 5);
+    assert.equal(config.pieceBytes, 3 * 65536);
+    assert.equal(config.hedgeTailPieces, 4);
     // A host holding pieces 0-2 (a whole unit) and 3 (a third of one) holds one unit.
     const resumed = register(service, 0, 'resumed', [0, 1, 2, 3]);
     const fresh = register(service, 0, 'fresh');

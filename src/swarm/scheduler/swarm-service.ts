@@ -62,26 +62,9 @@ export class SwarmService {
   ) {
     this.units = new TransferUnits(
       map,
-      options.transferUnitPieces ??
-        unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT),
+      options.transferUnitPieces ?? unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT),
     );
-    const { units } = this;
-    const lastLength = units.count === 0 ? 0 : units.length(units.count - 1);
-    const config: SwarmConfig = {
-      pieceCount: Math.max(1, units.count),
-      pieceBytes: units.unitBytes || map.pieceSize,
-      // The core sizes every unit but the last alike; per-file short units only skew its estimate
-      // of origin bytes, which the service counts exactly itself.
-      totalBytes: Math.max(1, (units.count - 1) * units.unitBytes + lastLength),
-      originUploadBytesPerSecond: options.originBytesPerSecond,
-      originReadersMax: options.originReaders,
-      downloadsPerHostMax: options.downloadsPerHost,
-      uploadsPerHostMax: options.uploadsPerHost,
-      hedgeTailPieces: options.hedgeTailPieces,
-      randomSeed: options.randomSeed,
-      ringParents: options.ringParents,
-    };
-    this.core = new SwarmCore(config);
+    this.core = new SwarmCore(coreConfig(this.units, options));
   }
 
   get hostCount(): number {
@@ -361,4 +344,24 @@ function distrusted(name: string): WeightcastError {
       'the bytes it receives fail verification there (a memory or disk fault?) or it lies; it was removed from the swarm',
     { name },
   );
+}
+
+/** The core's configuration for a swarm moved in `units`: what it calls pieces are the units. */
+export function coreConfig(units: TransferUnits, options: SwarmServiceOptions): SwarmConfig {
+  const lastLength = units.count === 0 ? 0 : units.length(units.count - 1);
+  return {
+    pieceCount: Math.max(1, units.count),
+    pieceBytes: units.unitBytes || units.map.pieceSize,
+    // The core sizes every unit but the last alike; per-file short units only skew its estimate
+    // of origin bytes, which the service counts exactly itself.
+    totalBytes: Math.max(1, (units.count - 1) * units.unitBytes + lastLength),
+    originUploadBytesPerSecond: options.originBytesPerSecond,
+    originReadersMax: options.originReaders,
+    downloadsPerHostMax: options.downloadsPerHost,
+    uploadsPerHostMax: options.uploadsPerHost,
+    // The hedge tail is counted in pieces (`--hedge-tail`): hedge the same bytes' worth of units.
+    hedgeTailPieces: Math.ceil(options.hedgeTailPieces / units.unitPieces),
+    randomSeed: options.randomSeed,
+    ringParents: options.ringParents,
+  };
 }
