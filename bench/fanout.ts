@@ -174,7 +174,6 @@ interface SimPrediction {
 async function predict(
   setting: Setting,
   pieceBytes: number,
-  unitPieces: number,
   options: Options,
   root: ChildRegistry,
   payloadShare: number,
@@ -195,7 +194,7 @@ async function predict(
     ...originReadersFlags(options),
     '--ring-parents',
     String(options.ringParents),
-    ...schedulingFlags(options, unitPieces),
+    ...schedulingFlags(options),
     '--json',
   ];
   log(`predicting with: weightcast ${args.slice(1).join(' ')}`);
@@ -949,7 +948,7 @@ async function main(argv: readonly string[]): Promise<number> {
     // Loopback agents cap their payload themselves; on the testbed tc's caps include headers.
     const simLinkShare = problem === undefined ? tcpPayloadShare(options.mtu) : 1;
     // The simulator moves whole pieces: it is given the scheduler's transfer units as its pieces.
-    const sim = await predict(setting, model.unitBytes, model.unitPieces, options, root, simLinkShare);
+    const sim = await predict(setting, model.unitBytes, options, root, simLinkShare);
     if (cgroupsProblem === undefined)
       cgroups = await CgroupTree.create(testbedTag(process.pid, randomInt(26)));
     hostSet =

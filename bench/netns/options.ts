@@ -6,7 +6,7 @@
 
 import { parseArgs } from 'node:util';
 import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../../src/cli/swarm-flags.js';
-import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
+import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
@@ -216,17 +216,12 @@ export function originReadersFlags(options: Pick<Options, 'originReaders'>): str
   return ['--origin-readers', String(options.originReaders ?? SWARM_SERVICE_DEFAULTS.originReaders)];
 }
 
-/**
- * `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike.
- * The scheduler counts the hedge tail in pieces and hedges that many pieces' worth of its transfer
- * units; the simulator, whose pieces are those units (`unitPieces` pieces each), is given the same.
- */
-export function schedulingFlags(options: Options, unitPieces = 1): string[] {
-  const hedgeTail = unitPieces > 1 ? (options.hedgeTail ?? HEDGE_TAIL_PIECES_DEFAULT) : options.hedgeTail;
+/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
+export function schedulingFlags(options: Options): string[] {
   return [
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
-    ...(hedgeTail === undefined ? [] : ['--hedge-tail', String(Math.ceil(hedgeTail / unitPieces))]),
+    ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),
   ];
 }
 

@@ -30,7 +30,7 @@ export function hedgeTailOption(command: Command, defaultValue: number): Command
 export function transferUnitOption(command: Command): Command {
   return command.option(
     '--transfer-unit <pieces>',
-    'pieces per transfer: auto (runs of at least 1 MiB while a model keeps 256 of them), or N (1 = every piece alone)',
+    'pieces per transfer: auto (runs of about 1 MiB where a model keeps 1024 of them), or N (1 = every piece alone)',
     'auto',
   );
 }

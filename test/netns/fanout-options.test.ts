@@ -9,7 +9,6 @@ import {
   transferUnitFlags,
   UsageError,
 } from '../../bench/netns/options.js';
-import { HEDGE_TAIL_PIECES_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { MTU_DEFAULT } from '../../bench/netns/plan.js';
 
@@ -71,12 +70,8 @@ test('the simulator predicts the swarm the scheduler runs: the same origin reade
   assert.deepEqual(originReadersFlags(parse('--origin-readers', '8')), ['--origin-readers', '8']);
 });
 
-test('with transfer units, the simulator hedges the same bytes and the scheduler alone gets --transfer-unit', () => {
-  // The scheduler counts the hedge tail in pieces; the simulator's pieces are units of 2.
-  assert.deepEqual(schedulingFlags(parse()), []);
-  assert.deepEqual(schedulingFlags(parse(), 2), ['--hedge-tail', String(HEDGE_TAIL_PIECES_DEFAULT / 2)]);
-  assert.deepEqual(schedulingFlags(parse('--hedge-tail', '5'), 2), ['--hedge-tail', '3']);
-  assert.deepEqual(schedulingFlags(parse('--hedge-tail', '5')), ['--hedge-tail', '5']);
+test('--transfer-unit goes to the scheduler alone (the simulator is given the units as its pieces)', () => {
+  assert.deepEqual(schedulingFlags(parse('--transfer-unit', '2')), []);
   assert.deepEqual(transferUnitFlags(parse()), []);
   assert.deepEqual(transferUnitFlags(parse('--transfer-unit', '1')), ['--transfer-unit', '1']);
   assert.equal(parse('--transfer-unit', 'auto').transferUnit, undefined);

@@ -266,11 +266,11 @@ describe('SwarmService (scheduler shell, fake time)', () => {
       transferUnitPieces: 3,
     });
     assert.equal(service.units.count, 5);
-    // The core sees units as its pieces, and hedges the same pieces' worth of them.
+    // The core sees units as its pieces, and hedges a host's last 10 of them.
     const config = coreConfig(service.units, { ...SWARM_SERVICE_DEFAULTS, hedgeTailPieces: 10 });
     assert.equal(config.pieceCount, 5);
     assert.equal(config.pieceBytes, 3 * 65536);
-    assert.equal(config.hedgeTailPieces, 4);
+    assert.equal(config.hedgeTailPieces, 10);
     // A host holding pieces 0-2 (a whole unit) and 3 (a third of one) holds one unit.
     const resumed = register(service, 0, 'resumed', [0, 1, 2, 3]);
     const fresh = register(service, 0, 'fresh');

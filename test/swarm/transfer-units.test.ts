@@ -29,13 +29,13 @@ function manifestOf(pieceSize: number, sizes: readonly number[]): Manifest {
 }
 
 describe('transfer units', () => {
-  it('aims at 1 MiB per transfer while a model keeps 256 units, and never below one piece', () => {
-    // 256 MiB in 512 KiB pieces: pairs.
-    assert.equal(unitPiecesFor(512 * KiB, 519, TRANSFER_UNIT_BYTES_DEFAULT), 2);
-    // 128 MiB in 256 KiB pieces (512 of them): 4 would leave 128 units, so 2.
-    assert.equal(unitPiecesFor(256 * KiB, 512, TRANSFER_UNIT_BYTES_DEFAULT), 2);
+  it('aims at 1 MiB per transfer while a model keeps 1024 units, and never below one piece', () => {
+    // 256 MiB in 512 KiB pieces (519): grouping would leave 259 units, so pieces move alone.
+    assert.equal(unitPiecesFor(512 * KiB, 519, TRANSFER_UNIT_BYTES_DEFAULT), 1);
+    // 256 MiB in 128 KiB pieces (2048): pairs, not the 8 that would make 1 MiB.
+    assert.equal(unitPiecesFor(128 * KiB, 2048, TRANSFER_UNIT_BYTES_DEFAULT), 2);
     // Pieces of 1 MiB or more, and small models, move one piece at a time.
-    assert.equal(unitPiecesFor(MiB, 4096, TRANSFER_UNIT_BYTES_DEFAULT), 1);
+    assert.equal(unitPiecesFor(MiB, 100_000, TRANSFER_UNIT_BYTES_DEFAULT), 1);
     assert.equal(unitPiecesFor(16 * MiB, 1024, TRANSFER_UNIT_BYTES_DEFAULT), 1);
     assert.equal(unitPiecesFor(64 * KiB, UNITS_MIN * 2 - 1, TRANSFER_UNIT_BYTES_DEFAULT), 1);
     assert.equal(unitPiecesFor(64 * KiB, 100_000, TRANSFER_UNIT_BYTES_DEFAULT), 16);

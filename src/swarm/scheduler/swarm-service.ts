@@ -359,8 +359,8 @@ export function coreConfig(units: TransferUnits, options: SwarmServiceOptions): 
     originReadersMax: options.originReaders,
     downloadsPerHostMax: options.downloadsPerHost,
     uploadsPerHostMax: options.uploadsPerHost,
-    // The hedge tail is counted in pieces (`--hedge-tail`): hedge the same bytes' worth of units.
-    hedgeTailPieces: Math.ceil(options.hedgeTailPieces / units.unitPieces),
+    // Counted in transfers: halving it for units of 2 left hosts trailing at 8 x 100 Mbit/s.
+    hedgeTailPieces: options.hedgeTailPieces,
     randomSeed: options.randomSeed,
     ringParents: options.ringParents,
   };

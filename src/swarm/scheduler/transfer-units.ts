@@ -7,9 +7,12 @@
  *
  * Why: every transfer costs the same fixed work wherever it goes (an assignment, an ending notice
  * and a report on the sync channel, the core's planning, a request and a response head, a fetch's
- * bookkeeping), and on the netns testbed that work was a quarter of the agents' CPU at 512 KiB pieces.
- * Units of at least `unitBytes` (1 MiB by default) pay it once per MiB, while the manifest keeps its
- * finer pieces. A model keeps at least UNITS_MIN units, so small models still spread.
+ * bookkeeping). On the netns fan-out (8 x 200 Mbit/s, 256 MiB in 512 KiB pieces) units of 2 pieces
+ * cut the swarm's user CPU by a fifth at the same T_last. The price is the tail: a unit is relayed
+ * only once it is whole, so the last units take twice as long per hop; at 8 x 100 Mbit/s that made
+ * T_last 1-3 s longer with 259 units. So by default a model is grouped only where it keeps at least
+ * UNITS_MIN units (manifests cut into many small pieces), where the tail is a small share of the
+ * run; `--transfer-unit N` sets the grouping for a swarm.
  *
  * Pure: no I/O; the scheduler builds one per swarm from its piece map.
  */
@@ -19,8 +22,8 @@ import { ASSIGNMENT_BYTES_MAX, ASSIGNMENT_PIECES_MAX } from '../wire/protocol.js
 
 /** The smallest transfer the scheduler aims for, unless told otherwise. */
 export const TRANSFER_UNIT_BYTES_DEFAULT = 1024 * 1024;
-/** A model is split into at least this many units where its pieces allow. */
-export const UNITS_MIN = 256;
+/** Pieces are grouped only while the model keeps at least this many units. */
+export const UNITS_MIN = 1024;
 
 /** How many pieces make one unit for a model of `pieceCount` pieces of `pieceSize` bytes. */
 export function unitPiecesFor(pieceSize: number, pieceCount: number, unitBytes: number): number {
@@ -68,7 +71,8 @@ export class TransferUnits {
     let largest = 0;
     for (let unit = 0; unit < this.count; unit++) {
       let bytes = 0;
-      for (let piece = this.firstPiece(unit); piece < this.endPiece(unit); piece++) bytes += map.pieceLength(piece);
+      for (let piece = this.firstPiece(unit); piece < this.endPiece(unit); piece++)
+        bytes += map.pieceLength(piece);
       this.bytes[unit] = bytes;
       largest = Math.max(largest, bytes);
     }
