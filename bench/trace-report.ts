@@ -11,7 +11,8 @@
  * not); per host, its download rate, the median rate of one transfer from a peer and its transfers
  * in flight over time; per parent, its uploads in flight; the download rate a host reached with k
  * transfers in flight; and a timeline of pieces held against pieces anywhere in the
- * swarm. Diagnostics only: it reads files and prints.
+ * swarm. A run of pieces (a transfer unit) counts as one transfer everywhere but in the timeline.
+ * Diagnostics only: it reads files and prints.
  */
 
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -21,7 +22,9 @@ import { textTable } from '../src/util/text-table.js';
 
 export interface Fetch {
   host: string;
+  /** The first piece; a run of several (a transfer unit) is one fetch of `pieces` pieces. */
   piece: number;
+  pieces?: number;
   bytes: number;
   /** 'origin' or the parent host's label. */
   parent: string;
@@ -69,9 +72,20 @@ export function readTrace(dir: string, model?: string): Fetch[] {
     model === undefined
       ? [...perModel.entries()].sort((a, b) => b[1] - a[1])[0]?.[0]
       : [...perModel.keys()].find((name) => name.startsWith(model));
+  // A run of pieces (a transfer unit) is one transfer: its first piece's event stands for it.
+  const runOf = (
+    event: Record<string, unknown>,
+  ): { first: number; pieces: number; bytes: number } | undefined => {
+    const run = event['run'] as { first?: unknown; pieces?: unknown; bytes?: unknown } | undefined;
+    return typeof run?.first === 'number' && typeof run.pieces === 'number' && typeof run.bytes === 'number'
+      ? { first: run.first, pieces: run.pieces, bytes: run.bytes }
+      : undefined;
+  };
   const fetches = raw
     .filter(({ event }) => String(event['model']) === chosen)
+    .filter(({ event }) => runOf(event) === undefined || runOf(event)?.first === Number(event['piece']))
     .map(({ host, event }) => {
+      const run = runOf(event);
       const at = Number(event['at']);
       const verifyMs = Number(event['verifyMs'] ?? 0);
       const endMs = at - verifyMs;
@@ -81,7 +95,8 @@ export function readTrace(dir: string, model?: string): Fetch[] {
       return {
         host,
         piece: Number(event['piece']),
-        bytes: Number(event['bytes']),
+        ...(run === undefined ? {} : { pieces: run.pieces }),
+        bytes: run?.bytes ?? Number(event['bytes']),
         parent: parentUrl === undefined ? 'origin' : (labelOf.get(parentUrl) ?? parentUrl),
         startMs,
         ...(typeof waitMs === 'number' ? { firstByteMs: startMs + waitMs } : {}),
@@ -444,7 +459,8 @@ export function report(fetches: readonly Fetch[]): string {
   const storedAt = new Map<string, Map<number, number>>();
   for (const f of fetches) {
     const own = storedAt.get(f.host) ?? new Map<number, number>();
-    own.set(f.piece, Math.min(own.get(f.piece) ?? Infinity, f.storedMs));
+    for (let piece = f.piece; piece < f.piece + (f.pieces ?? 1); piece++)
+      own.set(piece, Math.min(own.get(piece) ?? Infinity, f.storedMs));
     storedAt.set(f.host, own);
   }
   const timeline: string[][] = [];

@@ -116,6 +116,38 @@ test('readTrace and report: the busiest model, parents by URL, times from the fi
   }
 });
 
+test('readTrace: a run of pieces (a transfer unit) is one transfer of its bytes, its pieces all held', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'wc-trace-run-'));
+  try {
+    const event = (piece: number, at: number): string =>
+      JSON.stringify({
+        at,
+        type: 'piece',
+        outcome: 'verified',
+        model: 'cc',
+        piece,
+        bytes: 500_000,
+        ms: 100,
+        waitMs: 20,
+        verifyMs: at - 1100,
+        run: { first: 4, pieces: 2, bytes: 1_000_000 },
+      });
+    await writeFile(
+      join(dir, 'agent-host1.log'),
+      ['weightcast agent listening on http://10.0.0.2:7001', event(4, 1105), event(5, 1110)].join('\n'),
+    );
+    const fetches = readTrace(dir);
+    assert.deepEqual(
+      fetches.map((f) => [f.piece, f.pieces, f.bytes, f.startMs, f.endMs]),
+      [[4, 2, 1_000_000, 0, 100]],
+    );
+    const text = report(fetches);
+    assert.match(text, /^1 +2 +2 +2$/m, 'both pieces held at 1 s');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('originSummary: the origin span and rate, each host lag after the origin and mean rate', () => {
   const fetch = (host: string, parent: string, startMs: number, endMs: number, bytes: number): Fetch => ({
     host,

@@ -42,6 +42,11 @@ export type PieceEvent = {
   waitMs?: number;
   /** The peer's base URL (absent for the origin). */
   parent?: string;
+  /**
+   * When the piece came in a run of several (a transfer unit): the run's first piece, its pieces and
+   * its bytes; `ms` and `waitMs` are the run's.
+   */
+  run?: { first: number; pieces: number; bytes: number };
 };
 
 /** A run of pieces on its way: what the fetcher and the member's pipelining notice share. */
@@ -211,6 +216,7 @@ export class PieceFetcher {
         verifyMs: performance.now() - started - seconds * 1000,
         waitMs: firstByteOf(fetch) - started,
         ...(from === 'peer' ? { parent: source } : {}),
+        ...(fetch.pieces > 1 ? { run: { first: piece, pieces: fetch.pieces, bytes: length } } : {}),
       };
       if (result === 'corrupt') {
         corrupt = true;
