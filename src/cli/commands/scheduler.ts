@@ -55,7 +55,9 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
         else if (event.type === 'swarm-created')
           io.stdout(
             `swarm for model ${event.model.slice(0, 16)}: ${event.pieces} pieces` +
-              (event.unitPieces > 1 ? `, handed out in ${event.units} runs of up to ${event.unitPieces}` : '') +
+              (event.unitPieces > 1
+                ? `, handed out in ${event.units} runs of up to ${event.unitPieces}`
+                : '') +
               '\n',
           );
         else if (event.type === 'host-registered')
