@@ -84,7 +84,9 @@ describe('transfer units', () => {
   });
 
   it('keeps a unit within what one peer request may carry', () => {
-    const units = new TransferUnits(new PieceMap(manifestOf(8 * MiB, [64 * MiB])), 64);
-    assert.equal(units.unitPieces, ASSIGNMENT_BYTES_MAX / (8 * MiB));
+    const units = new TransferUnits(new PieceMap(manifestOf(MiB, [64 * MiB])), 64);
+    assert.equal(units.unitPieces, ASSIGNMENT_BYTES_MAX / MiB);
+    // Pieces larger than that move alone.
+    assert.equal(new TransferUnits(new PieceMap(manifestOf(8 * MiB, [64 * MiB])), 4).unitPieces, 1);
   });
 });

@@ -50,7 +50,7 @@ export class TransferUnits {
     readonly map: PieceMap,
     unitPieces: number,
   ) {
-    // Peers serve a multi-piece range of at most ASSIGNMENT_BYTES_MAX.
+    // Peers serve a multi-piece range of at most ASSIGNMENT_BYTES_MAX (their upload buffers are that big).
     const fits = Math.floor(ASSIGNMENT_BYTES_MAX / Math.max(1, map.pieceSize));
     this.unitPieces = Math.max(1, Math.min(ASSIGNMENT_PIECES_MAX, fits, Math.floor(unitPieces)));
     const starts: number[] = [];
