@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -96,6 +96,16 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         const originShare = status.originBytesAssigned / size;
         // A naive pull would cost 4 x S at the origin.
         assert.ok(originShare <= 1.5, `origin sent ${originShare.toFixed(2)} x S`);
+        // A peer without the wire reads a unit over HTTP: a range running on through held pieces.
+        const shard = manifest.files.reduce((a, b) => (b.size > a.size ? b : a));
+        const response = await fetch(`${cluster.agentUrl(0)}/v1/models/${cluster.hex}/files/${shard.path}`, {
+          headers: { range: `bytes=${PIECE + 10}-${3 * PIECE + 9}` },
+          signal: AbortSignal.timeout(10_000),
+        });
+        assert.equal(response.status, 206);
+        const served = Buffer.from(await response.arrayBuffer());
+        const original = await readFile(join(modelDir, shard.path));
+        assert.ok(served.equals(original.subarray(PIECE + 10, 3 * PIECE + 10)), 'the span over HTTP differs');
       },
     );
   });
