@@ -38,9 +38,16 @@ function servedModel(held: (piece: number) => boolean = () => true, spans = fals
   return {
     pieceCount: PIECES,
     pieceSize: PIECE,
-    pieceLength: (piece) => pieceBytes(piece).length,
     has: held,
-    ...(spans ? { piecesInFileFrom: (piece: number) => PIECES - piece } : {}),
+    // One file of PIECES pieces; without `spans`, a range must stay inside its piece.
+    piecesUnder: (piece, offset, length) => {
+      const start = piece * PIECE + offset;
+      const end = start + length;
+      if (end > (spans ? DATA.length : piece * PIECE + pieceBytes(piece).length)) return undefined;
+      const pieces: number[] = [];
+      for (let p = Math.floor(start / PIECE); p * PIECE < end; p++) pieces.push(p);
+      return pieces;
+    },
     read: async (piece, offset, target) => {
       await sleep(0);
       DATA.copy(target, 0, piece * PIECE + offset, piece * PIECE + offset + target.length);
@@ -501,7 +508,7 @@ describe('peer wire over real sockets', () => {
       model: () => ({
         pieceCount: 1,
         pieceSize: big,
-        pieceLength: () => big,
+        piecesUnder: (_piece, offset, length) => (offset + length <= big ? [0] : undefined),
         has: () => true,
         read: (_piece, _offset, target) => Promise.resolve(void target.fill(3)),
       }),

@@ -798,11 +798,12 @@ export class Agent {
     return {
       pieceCount: map.pieceCount,
       pieceSize: map.pieceSize,
-      pieceLength: (piece) => map.pieceLength(piece),
       has: (piece) => store.has(piece),
-      piecesInFileFrom: (piece) => {
+      piecesUnder: (piece, offset, length) => {
         const where = map.locate(piece);
-        return where.file.pieces.length - where.piece;
+        const start = where.offset + offset;
+        if (start + length > where.file.size) return undefined;
+        return map.piecesOfRange(where.fileIndex, start, start + length);
       },
       read: async (piece, offset, target) => {
         const where = map.locate(piece);

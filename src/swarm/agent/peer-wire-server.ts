@@ -40,15 +40,14 @@ import { ASSIGNMENT_BYTES_MAX } from '../wire/protocol.js';
 export interface ServedModel {
   readonly pieceCount: number;
   readonly pieceSize: number;
-  pieceLength(piece: number): number;
   /** Held and verified. */
   has(piece: number): boolean;
   /**
-   * Pieces of the piece's file from `piece` on, itself included. A request may run past its piece
-   * into the next ones of the same file (a transfer unit), up to ASSIGNMENT_BYTES_MAX, if every
-   * piece it covers is held; a model without this serves one piece per request.
+   * The pieces under bytes [offset, offset + length) from `piece`'s start, or undefined where they
+   * run past the piece's file. A request may run on into the next pieces of the file (a transfer
+   * unit), up to ASSIGNMENT_BYTES_MAX, if every piece under it is held.
    */
-  piecesInFileFrom?(piece: number): number;
+  piecesUnder(piece: number, offset: number, length: number): readonly number[] | undefined;
   /** Reads bytes [offset, offset + target.length) from a held piece's start on into `target`. */
   read(piece: number, offset: number, target: Buffer): Promise<void>;
 }
@@ -262,20 +261,9 @@ class ServerConnection {
  * running on through the next pieces of its file (at most ASSIGNMENT_BYTES_MAX), every one held.
  */
 function rangeStatus(model: ServedModel, piece: number, offset: number, length: number): WireStatus {
-  if (piece >= model.pieceCount) return WireStatus.badRequest;
-  const end = offset + length;
-  let covered = model.pieceLength(piece);
-  if (end > covered) {
-    const inFile = model.piecesInFileFrom?.(piece) ?? 1;
-    if (length > Math.max(model.pieceSize, ASSIGNMENT_BYTES_MAX)) return WireStatus.badRequest;
-    let last = piece;
-    while (end > covered) {
-      last++;
-      if (last - piece >= inFile) return WireStatus.badRequest;
-      covered += model.pieceLength(last);
-    }
-    for (let p = piece; p <= last; p++) if (!model.has(p)) return WireStatus.notHeld;
-    return WireStatus.ok;
-  }
-  return model.has(piece) ? WireStatus.ok : WireStatus.notHeld;
+  if (piece >= model.pieceCount || length > Math.max(model.pieceSize, ASSIGNMENT_BYTES_MAX))
+    return WireStatus.badRequest;
+  const pieces = model.piecesUnder(piece, offset, length);
+  if (pieces === undefined) return WireStatus.badRequest;
+  return pieces.every((under) => model.has(under)) ? WireStatus.ok : WireStatus.notHeld;
 }
