@@ -414,6 +414,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   const sampler = schedulerRttSampler(context);
   let rtts: number[] = [];
   const pullsAtLaunch = context.options.pullStart === 'launch';
+  let diskNote: string | undefined;
   try {
     const schedulerUrl = await startScheduler(context, meter, services);
     const ports = await agentPorts(hostSet);
@@ -501,6 +502,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     );
     await meter.stop();
     rtts = await sampler.stop();
+    diskNote = agentsDiskReadsLine(agents);
   } catch (error) {
     runs = failedRuns(leg, hostSet.hosts.length, error);
   } finally {
@@ -515,7 +517,32 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
   );
   const note = userFlowPhasesLine(phases);
   log(`${leg}: ${note}`);
-  return { ...measurement, notes: [note] };
+  return { ...measurement, notes: diskNote === undefined ? [note] : [note, diskNote] };
+}
+
+/**
+ * What the agents read from the block device in their lives (`read_bytes` of /proc/PID/io: reads the
+ * page cache served are not counted): pieces are written with O_DIRECT, so a piece served to a peer
+ * from the store is a device read, and one served from the agent's recent pieces is none.
+ */
+function agentsDiskReadsLine(agents: readonly ChildProcess[]): string | undefined {
+  let bytes = 0;
+  for (const agent of agents) {
+    if (agent.pid === undefined) return undefined;
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${agent.pid}/io`, 'utf8');
+    } catch {
+      return undefined;
+    }
+    const match = /^read_bytes: (\d+)$/m.exec(text);
+    if (match === null) return undefined;
+    bytes += Number(match[1]);
+  }
+  return (
+    `the agents read ${formatBytes(bytes)} from disk (/proc/PID/io read_bytes; uploads to peers come ` +
+    'from the runs each agent verified last, in memory, else from its files, written with O_DIRECT)'
+  );
 }
 
 /** Samples the RTT of the scheduler's connections from its namespace (netns only). */

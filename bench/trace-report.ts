@@ -8,7 +8,7 @@
  *
  * Prints the origin's span and rate (also in 250 ms windows) and how long after its last byte the
  * hosts finished; how long each pair of hosts sat idle between consecutive transfers (pipelined or
- * not); per host, its download rate, the median rate of one transfer from a peer and its transfers
+ * not); how recent the parent's copy of what peers asked for was; per host, its download rate, the median rate of one transfer from a peer and its transfers
  * in flight over time; per parent, its uploads in flight; the download rate a host reached with k
  * transfers in flight; and a timeline of pieces held against pieces anywhere in the
  * swarm. A run of pieces (a transfer unit) counts as one transfer everywhere but in the timeline.
@@ -344,6 +344,41 @@ function originLines(summary: OriginSummary | undefined, fetches: readonly Fetch
   ];
 }
 
+/**
+ * For each transfer from a peer: how many transfers the parent had stored after the one that brought
+ * it the piece, by the time the peer asked (0: the parent's newest). An agent keeps its newest runs
+ * in memory for uploads (RecentPieces); this says how many it needs for most uploads to come from
+ * there. Transfers whose parent's copy is not in the trace (it held the piece before) are left out.
+ */
+export function parentRecency(fetches: readonly Fetch[]): number[] {
+  const byHost = new Map<string, Fetch[]>();
+  for (const f of fetches) byHost.set(f.host, [...(byHost.get(f.host) ?? []), f]);
+  for (const list of byHost.values()) list.sort((a, b) => a.storedMs - b.storedMs);
+  const recency: number[] = [];
+  for (const f of fetches) {
+    if (f.parent === 'origin') continue;
+    const stored = byHost.get(f.parent) ?? [];
+    const index = stored.findIndex(
+      (own) => own.piece <= f.piece && f.piece < own.piece + (own.pieces ?? 1) && own.storedMs <= f.startMs,
+    );
+    if (index < 0) continue;
+    let newer = 0;
+    for (let i = index + 1; i < stored.length && (stored[i] as Fetch).storedMs <= f.startMs; i++) newer++;
+    recency.push(newer);
+  }
+  return recency;
+}
+
+function recencyLines(recency: readonly number[]): string[] {
+  if (recency.length === 0) return [];
+  const within = (k: number): string => `${percent(recency.filter((n) => n < k).length / recency.length)} %`;
+  return [
+    '',
+    `Transfers from peers that asked for one of the parent's k newest transfers (of ${recency.length}): ` +
+      `k = 4: ${within(4)}, 8: ${within(8)}, 16: ${within(16)}, 32: ${within(32)}.`,
+  ];
+}
+
 export function report(fetches: readonly Fetch[]): string {
   const lines: string[] = [];
   const hosts = [...new Set(fetches.map((f) => f.host))].sort();
@@ -353,6 +388,7 @@ export function report(fetches: readonly Fetch[]): string {
   );
   lines.push(...originLines(originSummary(fetches), fetches));
   lines.push(...gapLines(pairGaps(fetches)));
+  lines.push(...recencyLines(parentRecency(fetches)));
   lines.push(
     '',
     `Per host: pieces, from the origin, peer pieces from its ${TOP_PARENTS} most used parents (top %) and`,

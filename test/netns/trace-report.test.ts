@@ -10,6 +10,7 @@ import {
   originSummary,
   pairGaps,
   pairingShares,
+  parentRecency,
   readTrace,
   report,
   windowRates,
@@ -54,6 +55,36 @@ test('pairingShares: top parents share and cold pair starts, origin pieces left 
   // Cold: a@0, a@1000, b, c, d, e@0 = 6 of 8.
   assert.equal(shares.cold, 6 / 8);
   assert.ok(Number.isNaN(pairingShares([fetch('origin', 0, 1)]).top));
+});
+
+test("parentRecency: the parent's transfers stored between its copy and the peer's request", () => {
+  const fetch = (
+    host: string,
+    parent: string,
+    piece: number,
+    startMs: number,
+    storedMs: number,
+    pieces = 1,
+  ): Fetch => ({
+    host,
+    piece,
+    ...(pieces > 1 ? { pieces } : {}),
+    bytes: 1,
+    parent,
+    startMs,
+    endMs: storedMs,
+    storedMs,
+  });
+  const recency = parentRecency([
+    fetch('a', 'origin', 0, 0, 10, 2), // a: pieces 0-1 (one run) at 10
+    fetch('a', 'origin', 2, 0, 20), // a: piece 2 at 20
+    fetch('a', 'origin', 3, 0, 30), // a: piece 3 at 30
+    fetch('b', 'a', 1, 35, 40), // two newer runs at a (2 and 3): 2
+    fetch('b', 'a', 3, 31, 45), // a's newest: 0
+    fetch('c', 'a', 2, 25, 50), // asked at 25: piece 3 not yet stored there: 0
+    fetch('c', 'b', 9, 60, 70), // b never stored piece 9 in the trace: left out
+  ]);
+  assert.deepEqual(recency, [2, 0, 0]);
 });
 
 test('readTrace and report: the busiest model, parents by URL, times from the first request, verified pieces only', async () => {

@@ -88,6 +88,12 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         await Promise.all(all(4).map((i) => cluster.join(i)));
         await cluster.waitComplete(all(4), started, 60_000);
         await assertCopies(cluster, all(4));
+        // Peers were served the runs they asked for from memory (the parent verified them last) far
+        // more often than from disk.
+        const agents = await Promise.all(all(4).map((i) => cluster.status(i)));
+        const fromMemory = agents.reduce((sum, agent) => sum + (agent.uploadsFromMemory ?? 0), 0);
+        const fromDisk = agents.reduce((sum, agent) => sum + (agent.uploadsFromDisk ?? 0), 0);
+        assert.ok(fromMemory > 2 * fromDisk, `uploads from memory ${fromMemory}, from disk ${fromDisk}`);
         const status = await cluster.schedulerStatus();
         // The scheduler moved the model in transfers of 3 pieces (units never span two files).
         const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);

@@ -565,4 +565,80 @@ describe('peer wire over real sockets', () => {
       await agent.close();
     }
   });
+
+  it('serves lent pieces from memory without reading them, and gives each view back, taken or not', async () => {
+    const releases: boolean[] = [];
+    let reads = 0;
+    const memory = Buffer.from(DATA);
+    const lend = (bytes: Buffer): { bytes: Buffer; release: (taken: boolean) => void } => ({
+      bytes,
+      release: (taken) => void releases.push(taken),
+    });
+    // Pieces 0-3 are in memory.
+    const fast = new PeerWireServer({
+      model: () => ({
+        ...servedModel(),
+        read: async (piece, offset, target) => {
+          reads++;
+          await sleep(0);
+          DATA.copy(target, 0, piece * PIECE + offset, piece * PIECE + offset + target.length);
+        },
+        borrow: (piece, offset, length) =>
+          piece < 4
+            ? lend(memory.subarray(piece * PIECE + offset, piece * PIECE + offset + length))
+            : undefined,
+      }),
+      uploads: new UploadSlots(2),
+      throttle: new Throttle(undefined),
+    });
+    // One 4 MiB piece in memory, sent at 1 MB/s: the reader leaves long before its end.
+    const big = 4 * 1024 * 1024;
+    const slow = new PeerWireServer({
+      model: () => ({
+        pieceCount: 1,
+        pieceSize: big,
+        piecesUnder: (_piece, offset, length) => (offset + length <= big ? [0] : undefined),
+        has: () => true,
+        read: () => Promise.reject(new Error('read from disk')),
+        borrow: (_piece, offset, length) => lend(Buffer.alloc(big, 7).subarray(offset, offset + length)),
+      }),
+      uploads: new UploadSlots(1),
+      throttle: new Throttle(1_000_000),
+    });
+    const servers = [fast, slow].map((wire) => {
+      const server = createHttpServer((_req, res) => res.writeHead(404).end());
+      server.on('upgrade', (_req, socket: Socket, head: Buffer) => wire.accept(socket, head));
+      return listen(server);
+    });
+    const [fastAgent, slowAgent] = (await Promise.all(servers)) as [Listening, Listening];
+    const reader = client(fastAgent.url);
+    const leaving = client(slowAgent.url);
+    try {
+      for (let piece = 0; piece < PIECES; piece++) {
+        const target = Buffer.alloc(pieceBytes(piece).length);
+        await reader.read(piece, 0, target);
+        assert.ok(target.equals(pieceBytes(piece)), `piece ${piece}`);
+      }
+      assert.equal(reads, PIECES - 4, 'pieces in memory are not read');
+      assert.deepEqual(releases, [true, true, true, true]);
+      // The reader of the big piece gives up: the view comes back as not taken (the stream may
+      // still refer to it), so its buffer is never reused.
+      const controller = new AbortController();
+      const read = leaving.read(0, 0, Buffer.alloc(big), { signal: controller.signal });
+      await sleep(300);
+      controller.abort();
+      await assert.rejects(read);
+      const deadline = performance.now() + 5000;
+      while (releases.length < 5) {
+        assert.ok(performance.now() < deadline, 'the abandoned upload never gave its view back');
+        await sleep(50);
+      }
+      assert.deepEqual(releases, [true, true, true, true, false]);
+    } finally {
+      await Promise.all([reader.close(), leaving.close()]);
+      fast.close();
+      slow.close();
+      await Promise.all([fastAgent.close(), slowAgent.close()]);
+    }
+  });
 });

@@ -160,6 +160,9 @@ export interface ModelStatus {
   peerBytes: number;
   corruptPieces: number;
   duplicateBytes: number;
+  /** Peer uploads on the peer wire answered from memory (recently verified runs) and from disk. */
+  uploadsFromMemory?: number;
+  uploadsFromDisk?: number;
   registered: boolean;
   /**
    * Once complete: the directory holding the verified files on this machine, so a pull on the same
@@ -183,6 +186,8 @@ interface Joined {
   store: PieceStore;
   origin: Origin;
   member: SwarmMember;
+  /** Peer uploads read from the store (the others came from the member's recent pieces). */
+  uploadsFromDisk: number;
 }
 
 /** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
@@ -348,6 +353,8 @@ export class Agent {
       peerBytes: entry.member.stats.peerBytes,
       corruptPieces: entry.member.stats.corruptPieces,
       duplicateBytes: entry.member.stats.duplicateBytes,
+      uploadsFromMemory: entry.member.recentPieces.lent,
+      uploadsFromDisk: entry.uploadsFromDisk,
       registered: entry.member.registeredHost !== undefined,
       ...(entry.member.failure === undefined
         ? {}
@@ -453,7 +460,7 @@ export class Agent {
       throw new WeightcastError('ABORTED', 'the agent closed while joining');
     }
     const member = early ?? memberFor(store);
-    const entry: Joined = { hex, to, map, store, origin, member };
+    const entry: Joined = { hex, to, map, store, origin, member, uploadsFromDisk: 0 };
     this.joined.set(hex, entry);
     if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
@@ -807,8 +814,10 @@ export class Agent {
       },
       read: async (piece, offset, target) => {
         const where = map.locate(piece);
+        entry.uploadsFromDisk++;
         await store.readFileRange(where.fileIndex, where.offset + offset, target);
       },
+      borrow: (piece, offset, length) => entry.member.recentPieces.borrow(piece, offset, length),
     };
   }
 }

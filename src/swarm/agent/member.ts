@@ -30,6 +30,7 @@ import {
   type PieceEvent,
 } from './piece-fetcher.js';
 import { SchedulerSession, type MemberIdentity } from './scheduler-session.js';
+import type { RecentPieces } from './recent-pieces.js';
 
 export type { MemberIdentity, MemberStats };
 
@@ -205,6 +206,11 @@ export class SwarmMember {
 
   get stats(): MemberStats {
     return this.fetcher.stats;
+  }
+
+  /** The runs this host verified last, kept in memory for uploads. */
+  get recentPieces(): RecentPieces {
+    return this.fetcher.recent;
   }
 
   start(): void {

@@ -34,6 +34,7 @@ import {
   type WireEvent,
 } from '../wire/peer-frames.js';
 import type { UploadSlots } from './upload-slots.js';
+import type { Borrowed } from './recent-pieces.js';
 import { ASSIGNMENT_BYTES_MAX } from '../wire/protocol.js';
 
 /** What the server needs of one model it serves. */
@@ -50,6 +51,11 @@ export interface ServedModel {
   piecesUnder(piece: number, offset: number, length: number): readonly number[] | undefined;
   /** Reads bytes [offset, offset + target.length) from a held piece's start on into `target`. */
   read(piece: number, offset: number, target: Buffer): Promise<void>;
+  /**
+   * The same bytes from memory without a copy, when they are among the runs verified last
+   * (RecentPieces); released once their write is done.
+   */
+  borrow?(piece: number, offset: number, length: number): Borrowed | undefined;
 }
 
 export interface PeerWireServerOptions {
@@ -219,6 +225,17 @@ class ServerConnection {
     const { uploads } = this.options;
     if (!uploads.tryAcquire()) {
       this.socket.write(encodeResponseHead(requestId, WireStatus.busy, 0));
+      return;
+    }
+    const borrowed = this.options.corruptUploads === true ? undefined : model.borrow?.(piece, offset, length);
+    if (borrowed !== undefined) {
+      let taken = false;
+      try {
+        taken = await this.send(encodeResponseHead(requestId, WireStatus.ok, length), borrowed.bytes);
+      } finally {
+        uploads.release();
+        borrowed.release(taken);
+      }
       return;
     }
     const pooled = uploads.take(length, model.pieceSize);
