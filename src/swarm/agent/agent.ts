@@ -160,7 +160,7 @@ export interface ModelStatus {
   peerBytes: number;
   corruptPieces: number;
   duplicateBytes: number;
-  /** Peer uploads on the peer wire answered from memory (recently verified runs) and from disk. */
+  /** Peer uploads answered from memory (the runs verified last) and from disk. */
   uploadsFromMemory?: number;
   uploadsFromDisk?: number;
   registered: boolean;
@@ -186,7 +186,7 @@ interface Joined {
   store: PieceStore;
   origin: Origin;
   member: SwarmMember;
-  /** Peer uploads read from the store (the others came from the member's recent pieces). */
+  /** Peer uploads (peer wire and HTTP) read from the store; the others came from recent pieces. */
   uploadsFromDisk: number;
 }
 
@@ -778,10 +778,30 @@ export class Agent {
     if (!this.uploads.tryAcquire()) {
       throw new WeightcastError('SWARM_BUSY', `all ${this.uploads.slotsMax} upload slots are busy`);
     }
-    const pooled = this.uploads.take(end - start, entry.map.pieceSize);
+    const { pieceSize } = entry.map;
+    const first = entry.map.globalIndex(fileIndex, Math.floor(start / pieceSize));
+    const borrowed =
+      this.options.corruptUploads === true
+        ? undefined
+        : entry.member.recentPieces.borrow(first, start % pieceSize, end - start);
+    if (borrowed !== undefined) {
+      let sent = false;
+      try {
+        res.writeHead(206, headers);
+        await this.writeThrottled(res, borrowed.bytes);
+        await new Promise<void>((resolve) => res.end(resolve));
+        sent = true;
+      } finally {
+        this.uploads.release();
+        borrowed.release(sent);
+      }
+      return;
+    }
+    const pooled = this.uploads.take(end - start, pieceSize);
     let reusable = false;
     try {
       const buffer = pooled.subarray(0, end - start);
+      entry.uploadsFromDisk++;
       await entry.store.readFileRange(fileIndex, start, buffer);
       if (this.options.corruptUploads === true && buffer.length > 0) {
         buffer[buffer.length >> 1] = (buffer[buffer.length >> 1] ?? 0) ^ 0xff;
