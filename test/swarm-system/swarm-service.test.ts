@@ -220,6 +220,21 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     );
   });
 
+  it('lists the peers in a reply only when hosts joined or left since the last one', () => {
+    const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
+    const a = register(service, 0, 'a');
+    assert.deepEqual(service.takeReply(a).peers, []);
+    const b = register(service, 0, 'b');
+    assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b']);
+    assert.deepEqual(service.takeReply(a).peers, [], 'unchanged: not sent again');
+    assert.deepEqual(service.takeReply(b).peers, ['http://127.0.0.1:1/a']);
+    const c = register(service, 0, 'c');
+    assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b', 'http://127.0.0.1:1/c']);
+    service.leave(0, c);
+    assert.deepEqual(service.takeReply(b).peers, ['http://127.0.0.1:1/a']);
+    assert.deepEqual(service.takeReply(b).peers, []);
+  });
+
   it('plans the next download when an agent says a transfer is ending (pipelining), and only its own', () => {
     const service = new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(12)), {
       ...SWARM_SERVICE_DEFAULTS,

@@ -35,6 +35,8 @@ interface HostEntry {
   lastSeenMs: number;
   outbox: WireAssignment[];
   cancels: number[];
+  /** The membership version of the peer list last sent to this host (none yet: -1). */
+  peersSent: number;
   /** A sync waiting for work: call it to answer now. */
   wake?: () => void;
 }
@@ -53,6 +55,8 @@ export class SwarmService {
    */
   private readonly blamedIds = new Map<string, number>();
   private nextId = 0;
+  /** Bumped whenever a host joins or leaves: a reply lists the peers only when it moved. */
+  private membership = 0;
   originBytes = 0;
 
   constructor(
@@ -110,8 +114,10 @@ export class SwarmService {
       lastSeenMs: nowMs,
       outbox: [],
       cancels: [],
+      peersSent: -1,
     };
     this.hosts.set(id, entry);
+    this.membership++;
     this.byName.set(message.name, id);
     this.core.addHost(
       nowMs,
@@ -174,10 +180,14 @@ export class SwarmService {
 
   takeReply(host: number): SyncReply {
     const entry = this.entry(host);
+    // The peer list (for the member's fallback while the scheduler is gone) goes out once per
+    // change of membership: with 64 URLs in every reply it was most of each assignment's bytes.
+    const changed = entry.peersSent !== this.membership;
+    entry.peersSent = this.membership;
     const reply: SyncReply = {
       assignments: entry.outbox.splice(0),
       cancellations: entry.cancels.splice(0),
-      peers: this.peersFor(host),
+      peers: changed ? this.peersFor(host) : [],
     };
     return reply;
   }
@@ -269,6 +279,7 @@ export class SwarmService {
       if (transfer.host === host) this.transferHost.delete(transferId);
     }
     this.hosts.delete(host);
+    this.membership++;
     if (this.byName.get(entry.name) === host) this.byName.delete(entry.name);
     if (this.core.isBlamed(host)) this.blamedIds.set(entry.name, host);
     else this.freeIds.push(host);
