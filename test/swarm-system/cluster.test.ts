@@ -341,6 +341,8 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       const { readFile } = await import('node:fs/promises');
       const expected = (await readFile(join(modelDir, file.path))).subarray(start, end + 1);
       assert.ok(body.equals(expected), 'the range read returned other bytes than the origin holds');
+      // Pieces that had just arrived went out from memory, not read back from disk.
+      assert.ok(((await cluster.status(0)).localPiecesFromMemory ?? 0) > 0);
       // The read was asked before those pieces were held (the model was far from complete).
       assert.ok(!before.complete && before.held < before.pieceCount / 2, JSON.stringify(before));
       // A status request may wait for completion: it answers complete, not before.

@@ -58,6 +58,7 @@ import { UploadSlots } from './upload-slots.js';
 import { enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
+import { writeDone } from '../../util/write-done.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -163,6 +164,8 @@ export interface ModelStatus {
   /** Peer uploads answered from memory (the runs verified last) and from disk. */
   uploadsFromMemory?: number;
   uploadsFromDisk?: number;
+  /** Pieces of local API reads sent from memory, for the same reason. */
+  localPiecesFromMemory?: number;
   registered: boolean;
   /**
    * Once complete: the directory holding the verified files on this machine, so a pull on the same
@@ -186,8 +189,11 @@ interface Joined {
   store: PieceStore;
   origin: Origin;
   member: SwarmMember;
-  /** Peer uploads (peer wire and HTTP) read from the store; the others came from recent pieces. */
+  /** Peer uploads (peer wire and HTTP) from the member's recent pieces in memory, and from the store. */
+  uploadsFromMemory: number;
   uploadsFromDisk: number;
+  /** Pieces of local API reads sent from the recent pieces in memory (the others from the store). */
+  localPiecesFromMemory: number;
 }
 
 /** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
@@ -353,8 +359,9 @@ export class Agent {
       peerBytes: entry.member.stats.peerBytes,
       corruptPieces: entry.member.stats.corruptPieces,
       duplicateBytes: entry.member.stats.duplicateBytes,
-      uploadsFromMemory: entry.member.recentPieces.lent,
+      uploadsFromMemory: entry.uploadsFromMemory,
       uploadsFromDisk: entry.uploadsFromDisk,
+      localPiecesFromMemory: entry.localPiecesFromMemory,
       registered: entry.member.registeredHost !== undefined,
       ...(entry.member.failure === undefined
         ? {}
@@ -460,7 +467,17 @@ export class Agent {
       throw new WeightcastError('ABORTED', 'the agent closed while joining');
     }
     const member = early ?? memberFor(store);
-    const entry: Joined = { hex, to, map, store, origin, member, uploadsFromDisk: 0 };
+    const entry: Joined = {
+      hex,
+      to,
+      map,
+      store,
+      origin,
+      member,
+      uploadsFromMemory: 0,
+      uploadsFromDisk: 0,
+      localPiecesFromMemory: 0,
+    };
     this.joined.set(hex, entry);
     if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
@@ -755,9 +772,18 @@ export class Agent {
       for (const piece of pieces) {
         await entry.store.whenHeld(piece, abort.signal);
         const pieceEnd = Math.min(end, (Math.floor(position / pieceSize) + 1) * pieceSize);
-        const buffer = Buffer.allocUnsafe(pieceEnd - position);
-        await entry.store.readFileRange(fileIndex, position, buffer);
-        if (!res.write(buffer)) await new Promise<void>((resolve) => res.once('drain', resolve));
+        // A piece that just arrived (a lazy load waits for the pieces it reads) is still in memory.
+        const borrowed = entry.member.recentPieces.borrow(piece, position % pieceSize, pieceEnd - position);
+        if (borrowed !== undefined) {
+          entry.localPiecesFromMemory++;
+          const taken = await writeDone(res, borrowed.bytes);
+          borrowed.release(taken);
+          if (!taken) return;
+        } else {
+          const buffer = Buffer.allocUnsafe(pieceEnd - position);
+          await entry.store.readFileRange(fileIndex, position, buffer);
+          if (!res.write(buffer)) await new Promise<void>((resolve) => res.once('drain', resolve));
+        }
         position = pieceEnd;
       }
       res.end();
@@ -785,6 +811,7 @@ export class Agent {
         ? undefined
         : entry.member.recentPieces.borrow(first, start % pieceSize, end - start);
     if (borrowed !== undefined) {
+      entry.uploadsFromMemory++;
       let sent = false;
       try {
         res.writeHead(206, headers);
@@ -837,7 +864,11 @@ export class Agent {
         entry.uploadsFromDisk++;
         await store.readFileRange(where.fileIndex, where.offset + offset, target);
       },
-      borrow: (piece, offset, length) => entry.member.recentPieces.borrow(piece, offset, length),
+      borrow: (piece, offset, length) => {
+        const borrowed = entry.member.recentPieces.borrow(piece, offset, length);
+        if (borrowed !== undefined) entry.uploadsFromMemory++;
+        return borrowed;
+      },
     };
   }
 }
