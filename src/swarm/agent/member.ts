@@ -208,7 +208,7 @@ export class SwarmMember {
     return this.fetcher.stats;
   }
 
-  /** The runs this host verified last, kept in memory for uploads. */
+  /** The runs this host verified last, kept in memory for uploads and local reads. */
   get recentPieces(): RecentPieces {
     return this.fetcher.recent;
   }

@@ -122,7 +122,7 @@ export class PieceFetcher {
   private readonly peers = new Map<string, PeerReader>();
   /** File path to manifest index, for the peer readers. */
   private readonly fileIndex: ReadonlyMap<string, number>;
-  /** The runs verified last, in their buffers, for uploads to peers. */
+  /** The runs verified last, in their buffers, for uploads to peers and local reads. */
   readonly recent: RecentPieces;
 
   constructor(private readonly options: PieceFetcherOptions) {

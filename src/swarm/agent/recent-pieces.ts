@@ -50,7 +50,7 @@ export class RecentPieces {
   /** Piece to the run that holds it. */
   private readonly byPiece = new Map<number, Entry>();
   private bytesKept = 0;
-  /** Uploads answered from here, for the member's stats. */
+  /** Views lent so far (uploads and local reads). */
   lent = 0;
 
   constructor(private readonly options: RecentPiecesOptions) {}
