@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { RecentPieces } from '../../src/swarm/agent/recent-pieces.js';
+import {
+  RECENT_BYTES_MAX,
+  RECENT_BYTES_MIN,
+  RecentBudget,
+  RecentPieces,
+  recentBytesFor,
+} from '../../src/swarm/agent/recent-pieces.js';
 
 const PIECE = 16;
 
@@ -12,10 +18,13 @@ function runBuffer(first: number, pieces: number, lastLength = PIECE, spare = 0)
   return buffer;
 }
 
-function cache(budgetBytes: number): { recent: RecentPieces; recycled: Buffer[] } {
+function cache(
+  budgetBytes: number,
+  budget = new RecentBudget(budgetBytes),
+): { recent: RecentPieces; recycled: Buffer[]; budget: RecentBudget } {
   const recycled: Buffer[] = [];
-  const recent = new RecentPieces({ budgetBytes, pieceSize: PIECE, recycle: (b) => recycled.push(b) });
-  return { recent, recycled };
+  const recent = new RecentPieces({ budget, pieceSize: PIECE, recycle: (b) => recycled.push(b) });
+  return { recent, recycled, budget };
 }
 
 describe('RecentPieces', () => {
@@ -96,5 +105,40 @@ describe('RecentPieces', () => {
     assert.deepEqual([...(recent.borrow(1, 0, PIECE)?.bytes ?? [])], [...again]);
     lent?.release(true);
     assert.deepEqual(recycled, [pair]);
+  });
+
+  it("shares one budget among an agent's models: the oldest run of any model goes first", () => {
+    const budget = new RecentBudget(3 * PIECE);
+    const one = cache(0, budget);
+    const two = cache(0, budget);
+    const a = runBuffer(0, 1);
+    const b = runBuffer(0, 1);
+    const c = runBuffer(1, 1);
+    const d = runBuffer(1, 1);
+    one.recent.keep(0, 1, a, PIECE);
+    two.recent.keep(0, 1, b, PIECE);
+    one.recent.keep(1, 1, c, PIECE);
+    assert.equal(budget.bytes, 3 * PIECE);
+    // The second model's new run pushes out the first model's oldest.
+    two.recent.keep(1, 1, d, PIECE);
+    assert.deepEqual(one.recycled, [a]);
+    assert.deepEqual(two.recycled, []);
+    assert.equal(one.recent.borrow(0, 0, PIECE), undefined);
+    assert.equal(one.recent.bytes + two.recent.bytes, budget.bytes);
+    // A model that closes gives its share back.
+    two.recent.clear();
+    assert.equal(budget.bytes, PIECE);
+    assert.deepEqual(two.recycled, [b, d]);
+  });
+
+  it('asks for 32 pieces of memory, within 16 and 256 MiB, and a budget only grows', () => {
+    const MiB = 1024 * 1024;
+    assert.equal(recentBytesFor(512 * 1024), RECENT_BYTES_MIN);
+    assert.equal(recentBytesFor(2 * MiB), 64 * MiB);
+    assert.equal(recentBytesFor(16 * MiB), RECENT_BYTES_MAX);
+    const budget = new RecentBudget();
+    budget.raise(recentBytesFor(2 * MiB));
+    budget.raise(recentBytesFor(512 * 1024));
+    assert.equal(budget.bytesMax, 64 * MiB);
   });
 });

@@ -59,6 +59,7 @@ import { enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 import { writeDone } from '../../util/write-done.js';
+import { RecentBudget } from './recent-pieces.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -229,6 +230,8 @@ export class Agent {
   private readonly uploadThrottle: Throttle;
   private readonly downloadThrottle: Throttle;
   private readonly uploads: UploadSlots;
+  /** Memory for the runs the agent's models verified last, lent to uploads and local reads. */
+  private readonly recentBudget = new RecentBudget();
   /** Stores write with O_DIRECT (AgentOptions.directIo, where the cache's file system allows it). */
   private directIo = false;
   private readonly peerWire: PeerWireServer;
@@ -438,6 +441,7 @@ export class Agent {
         downloadThrottle: this.downloadThrottle,
         ...(this.options.peerWire === undefined ? {} : { peerWire: this.options.peerWire }),
         ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
+        recentBudget: this.recentBudget,
         onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
       });
     const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;

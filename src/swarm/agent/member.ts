@@ -30,7 +30,7 @@ import {
   type PieceEvent,
 } from './piece-fetcher.js';
 import { SchedulerSession, type MemberIdentity } from './scheduler-session.js';
-import type { RecentPieces } from './recent-pieces.js';
+import type { RecentBudget, RecentPieces } from './recent-pieces.js';
 
 export type { MemberIdentity, MemberStats };
 
@@ -64,6 +64,8 @@ export interface MemberOptions {
    * when the scheduler does not know the model yet. Default MANIFEST_INLINE_BYTES_MAX.
    */
   manifestInlineBytesMax?: number;
+  /** Memory for recently verified runs, shared by an agent's models (PieceFetcherOptions.recentBudget). */
+  recentBudget?: RecentBudget;
   onEvent?: (event: MemberEvent) => void;
 }
 
@@ -159,6 +161,7 @@ export class SwarmMember {
       access: options.access,
       onEvent: (event) => this.onPiece(event),
       onStoreFailure: (error) => this.fail(error),
+      ...(options.recentBudget === undefined ? {} : { recentBudget: options.recentBudget }),
     });
     this.session = new SchedulerSession({
       model: options.model,

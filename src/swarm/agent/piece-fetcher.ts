@@ -16,14 +16,7 @@ import type { Report } from '../wire/protocol.js';
 import type { MemberStore } from './member-store.js';
 import { pieceBuffer } from '../../piece/direct-io.js';
 import { PeerReader } from './peer-reader.js';
-import { RecentPieces } from './recent-pieces.js';
-
-/**
- * Buffers of the newest verified runs kept for uploads (RecentPieces), per model: 32 pieces of
- * 512 KiB, where the netns fan-out's peers asked for one of a parent's 32 newest pieces 97 % of the
- * time.
- */
-export const RECENT_PIECES_BYTES_DEFAULT = 16 * 1024 * 1024;
+import { RecentBudget, RecentPieces, recentBytesFor } from './recent-pieces.js';
 
 export interface MemberStats {
   /** Verified bytes stored from the origin and from peers; copies that arrived twice are not counted. */
@@ -95,8 +88,11 @@ export interface PieceFetcherOptions {
    * stop on this host.
    */
   onStoreFailure: (error: WeightcastError) => void;
-  /** Bytes of recently verified runs kept in memory for uploads (0: none). */
-  recentBytes?: number;
+  /**
+   * The memory for recently verified runs kept for uploads and local reads, shared with the agent's
+   * other models. Default: a budget of its own (recent-pieces.ts).
+   */
+  recentBudget?: RecentBudget;
 }
 
 export interface FetchResult {
@@ -127,8 +123,10 @@ export class PieceFetcher {
 
   constructor(private readonly options: PieceFetcherOptions) {
     this.fileIndex = new Map(options.map.manifest.files.map((file, index) => [file.path, index]));
+    const budget = options.recentBudget ?? new RecentBudget();
+    budget.raise(recentBytesFor(options.map.pieceSize));
     this.recent = new RecentPieces({
-      budgetBytes: options.recentBytes ?? RECENT_PIECES_BYTES_DEFAULT,
+      budget,
       pieceSize: options.map.pieceSize,
       recycle: (buffer) => this.buffers.push(buffer),
     });
