@@ -55,6 +55,17 @@ function servedModel(held: (piece: number) => boolean = () => true, spans = fals
   };
 }
 
+/** A model of one piece of `size` bytes, all held. */
+function onePieceModel(size: number, parts: Pick<ServedModel, 'read' | 'borrow'>): ServedModel {
+  return {
+    pieceCount: 1,
+    pieceSize: size,
+    piecesUnder: (_piece, offset, length) => (offset + length <= size ? [0] : undefined),
+    has: () => true,
+    ...parts,
+  };
+}
+
 interface Listening {
   url: string;
   close: () => Promise<void>;
@@ -505,13 +516,8 @@ describe('peer wire over real sockets', () => {
   it('frees the slot of a peer that stops reading, and closes a connection that never says hello', async () => {
     const big = 16 * 1024 * 1024;
     const wire = new PeerWireServer({
-      model: () => ({
-        pieceCount: 1,
-        pieceSize: big,
-        piecesUnder: (_piece, offset, length) => (offset + length <= big ? [0] : undefined),
-        has: () => true,
-        read: (_piece, _offset, target) => Promise.resolve(void target.fill(3)),
-      }),
+      model: () =>
+        onePieceModel(big, { read: (_piece, _offset, target) => Promise.resolve(void target.fill(3)) }),
       uploads: new UploadSlots(1),
       throttle: new Throttle(undefined),
       idleTimeoutMs: 300,
@@ -594,14 +600,11 @@ describe('peer wire over real sockets', () => {
     // One 4 MiB piece in memory, sent at 1 MB/s: the reader leaves long before its end.
     const big = 4 * 1024 * 1024;
     const slow = new PeerWireServer({
-      model: () => ({
-        pieceCount: 1,
-        pieceSize: big,
-        piecesUnder: (_piece, offset, length) => (offset + length <= big ? [0] : undefined),
-        has: () => true,
-        read: () => Promise.reject(new Error('read from disk')),
-        borrow: (_piece, offset, length) => lend(Buffer.alloc(big, 7).subarray(offset, offset + length)),
-      }),
+      model: () =>
+        onePieceModel(big, {
+          read: () => Promise.reject(new Error('read from disk')),
+          borrow: (_piece, offset, length) => lend(Buffer.alloc(big, 7).subarray(offset, offset + length)),
+        }),
       uploads: new UploadSlots(1),
       throttle: new Throttle(1_000_000),
     });
