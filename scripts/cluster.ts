@@ -34,6 +34,8 @@ export interface ClusterOptions {
   transferUnit?: number;
   /** Agents (by index) that serve corrupted bytes on purpose. */
   corruptAgents?: readonly number[];
+  /** More flags for every `weightcast agent`. */
+  agentArgs?: readonly string[];
   hostTimeoutMs?: number;
   /** Extra lines from the children, for debugging. */
   log?: (line: string) => void;
@@ -175,6 +177,7 @@ export class Cluster {
         String(port),
         ...caps,
         ...(options.corruptAgents?.includes(index) === true ? ['--inject-corrupt-uploads'] : []),
+        ...(options.agentArgs ?? []),
       ],
       /listening on (\S+)/,
       `agent-${index}`,

@@ -54,6 +54,7 @@ async function withCluster(
     corruptAgents?: number[];
     hostTimeoutMs?: number;
     transferUnit?: number;
+    agentArgs?: string[];
   },
   body: (cluster: Cluster) => Promise<void>,
 ): Promise<void> {
@@ -320,6 +321,25 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
           error.code === 2 && /SWARM_NEEDS_MANIFEST/.test(error.stderr ?? ''),
       );
     });
+  });
+
+  it('with --recent-mb 0 keeps no pieces in memory: every upload is read from the files, copies identical', async () => {
+    await withCluster(
+      'no-recent',
+      { hosts: 3, hostMbps: 80, originMbps: 80, agentArgs: ['--recent-mb', '0'] },
+      async (cluster) => {
+        const started = performance.now();
+        await Promise.all(all(3).map((i) => cluster.join(i)));
+        await cluster.waitComplete(all(3), started, 60_000);
+        await assertCopies(cluster, all(3));
+        const agents = await Promise.all(all(3).map((i) => cluster.status(i)));
+        assert.equal(
+          agents.reduce((sum, agent) => sum + (agent.uploadsFromMemory ?? 0), 0),
+          0,
+        );
+        assert.ok(agents.reduce((sum, agent) => sum + (agent.uploadsFromDisk ?? 0), 0) > 0);
+      },
+    );
   });
 
   it('answers a local byte-range read that arrives before its pieces, with the right bytes', async () => {

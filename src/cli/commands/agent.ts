@@ -26,6 +26,7 @@ export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   uploadMbps?: string;
   downloadMbps?: string;
   uploads: string;
+  recentMb?: string;
   destinationRoot: string[];
   /** false with --no-direct-io. */
   directIo: boolean;
@@ -34,6 +35,15 @@ export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   originRetryS?: string;
   injectSeedCorruptStores?: boolean;
   json?: boolean;
+}
+
+/** `--recent-mb`: a whole number of MiB, 0 allowed (no pieces kept in memory). */
+function parseRecentMb(text: string): number {
+  const mib = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(mib) || mib > 1024 * 1024) {
+    throw new WeightcastError('USAGE', `--recent-mb must be a whole number of MiB (0 for none), got ${text}`);
+  }
+  return mib * 1024 * 1024;
 }
 
 export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number> {
@@ -61,6 +71,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       host: flags.host,
       port,
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
+      ...(flags.recentMb === undefined ? {} : { recentBytes: parseRecentMb(flags.recentMb) }),
       destinationRoots: flags.destinationRoot,
       limits: serverLimitsFromFlags(flags),
       ...(flags.originRetryS === undefined

@@ -21,6 +21,10 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
     .option('--download-mbps <mbit/s>', 'cap on what this agent receives')
     .option('--uploads <n>', 'piece uploads at once; more requests are told to come back', '8')
     .option(
+      '--recent-mb <MiB>',
+      'memory for the pieces verified last, which peers and local reads are served from without reading the disk (default: 32 pieces of the largest-piece model, 16-256 MiB; 0: none)',
+    )
+    .option(
       '--destination-root <dir>',
       "a pull's destination under DIR is written by the agent directly (no copy); repeatable. Any process that reaches the local API can then have this agent write a model there, so name only model directories",
       (dir: string, dirs: string[]) => [...dirs, dir],

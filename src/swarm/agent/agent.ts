@@ -83,6 +83,12 @@ export interface AgentOptions {
   directIo?: boolean;
   /** Concurrent piece uploads; more requests get 503 SWARM_BUSY. Default 8. */
   uploadsMax?: number;
+  /**
+   * Memory for the runs of pieces verified last, lent to uploads and local reads, for all models
+   * together. Default: 32 pieces of the largest-piece model joined, 16-256 MiB (recent-pieces.ts);
+   * 0 keeps none (every upload is read from disk).
+   */
+  recentBytes?: number;
   /** Concurrent piece downloads per model. Default 8. */
   downloadsMax?: number;
   /**
@@ -231,7 +237,7 @@ export class Agent {
   private readonly downloadThrottle: Throttle;
   private readonly uploads: UploadSlots;
   /** Memory for the runs the agent's models verified last, lent to uploads and local reads. */
-  private readonly recentBudget = new RecentBudget();
+  private readonly recentBudget: RecentBudget;
   /** Stores write with O_DIRECT (AgentOptions.directIo, where the cache's file system allows it). */
   private directIo = false;
   private readonly peerWire: PeerWireServer;
@@ -250,6 +256,8 @@ export class Agent {
     this.uploadThrottle = new Throttle(options.uploadBytesPerSecond);
     this.downloadThrottle = new Throttle(options.downloadBytesPerSecond);
     this.uploads = new UploadSlots(options.uploadsMax ?? 8);
+    this.recentBudget =
+      options.recentBytes === undefined ? new RecentBudget() : new RecentBudget(options.recentBytes, true);
     this.gate = new Gate(options.credentials);
     this.peerWire = new PeerWireServer({
       model: (hex) => this.servedModel(hex),

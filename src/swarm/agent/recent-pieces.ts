@@ -61,7 +61,14 @@ export class RecentBudget {
   private usedBytes = 0;
   private limit: number;
 
-  constructor(bytesMax = RECENT_BYTES_MIN) {
+  /**
+   * `bytesMax`: the budget to start with, grown by `raise` as models join; `fixed`: an operator's
+   * figure (`weightcast agent --recent-mb`), which models do not grow (0 keeps nothing).
+   */
+  constructor(
+    bytesMax = RECENT_BYTES_MIN,
+    private readonly fixed = false,
+  ) {
     this.limit = bytesMax;
   }
 
@@ -71,7 +78,7 @@ export class RecentBudget {
 
   /** A model joins: the budget grows to what its pieces ask for (recentBytesFor), never shrinks. */
   raise(bytes: number): void {
-    this.limit = Math.max(this.limit, bytes);
+    if (!this.fixed) this.limit = Math.max(this.limit, bytes);
   }
 
   get bytes(): number {
