@@ -77,6 +77,23 @@ async function assertCopies(cluster: Cluster, indices: readonly number[]): Promi
 
 const run = promisify(execFile);
 
+/** Every agent joins; resolves once all hold identical copies. */
+async function fillAll(cluster: Cluster, hosts: number): Promise<void> {
+  const started = performance.now();
+  await Promise.all(all(hosts).map((i) => cluster.join(i)));
+  await cluster.waitComplete(all(hosts), started, 60_000);
+  await assertCopies(cluster, all(hosts));
+}
+
+/** Peer uploads the agents answered from memory and from their files, summed. */
+async function uploadSources(cluster: Cluster, hosts: number): Promise<{ memory: number; disk: number }> {
+  const agents = await Promise.all(all(hosts).map((i) => cluster.status(i)));
+  return {
+    memory: agents.reduce((sum, agent) => sum + (agent.uploadsFromMemory ?? 0), 0),
+    disk: agents.reduce((sum, agent) => sum + (agent.uploadsFromDisk ?? 0), 0),
+  };
+}
+
 const all = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
 describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
@@ -85,16 +102,14 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       'basic',
       { hosts: 4, hostMbps: 80, originMbps: 80, transferUnit: 3 },
       async (cluster) => {
-        const started = performance.now();
-        await Promise.all(all(4).map((i) => cluster.join(i)));
-        await cluster.waitComplete(all(4), started, 60_000);
-        await assertCopies(cluster, all(4));
+        await fillAll(cluster, 4);
         // Peers were served the runs they asked for from memory (the parent verified them last) far
         // more often than from disk.
-        const agents = await Promise.all(all(4).map((i) => cluster.status(i)));
-        const fromMemory = agents.reduce((sum, agent) => sum + (agent.uploadsFromMemory ?? 0), 0);
-        const fromDisk = agents.reduce((sum, agent) => sum + (agent.uploadsFromDisk ?? 0), 0);
-        assert.ok(fromMemory > 2 * fromDisk, `uploads from memory ${fromMemory}, from disk ${fromDisk}`);
+        const uploads = await uploadSources(cluster, 4);
+        assert.ok(
+          uploads.memory > 2 * uploads.disk,
+          `uploads from memory ${uploads.memory}, from disk ${uploads.disk}`,
+        );
         const status = await cluster.schedulerStatus();
         // The scheduler moved the model in transfers of 3 pieces (units never span two files).
         const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
@@ -328,16 +343,10 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       'no-recent',
       { hosts: 3, hostMbps: 80, originMbps: 80, agentArgs: ['--recent-mb', '0'] },
       async (cluster) => {
-        const started = performance.now();
-        await Promise.all(all(3).map((i) => cluster.join(i)));
-        await cluster.waitComplete(all(3), started, 60_000);
-        await assertCopies(cluster, all(3));
-        const agents = await Promise.all(all(3).map((i) => cluster.status(i)));
-        assert.equal(
-          agents.reduce((sum, agent) => sum + (agent.uploadsFromMemory ?? 0), 0),
-          0,
-        );
-        assert.ok(agents.reduce((sum, agent) => sum + (agent.uploadsFromDisk ?? 0), 0) > 0);
+        await fillAll(cluster, 3);
+        const uploads = await uploadSources(cluster, 3);
+        assert.equal(uploads.memory, 0);
+        assert.ok(uploads.disk > 0);
       },
     );
   });
