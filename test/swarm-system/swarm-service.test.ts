@@ -226,12 +226,15 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.deepEqual(service.takeReply(a).peers, []);
     const b = register(service, 0, 'b');
     assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b']);
-    assert.deepEqual(service.takeReply(a).peers, [], 'unchanged: not sent again');
+    assert.equal(service.takeReply(a).peers, undefined, 'unchanged: not sent again');
     assert.deepEqual(service.takeReply(b).peers, ['http://127.0.0.1:1/a']);
     const c = register(service, 0, 'c');
     assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b', 'http://127.0.0.1:1/c']);
     service.leave(0, c);
     assert.deepEqual(service.takeReply(b).peers, ['http://127.0.0.1:1/a']);
+    assert.equal(service.takeReply(b).peers, undefined);
+    // Every other host gone: the now empty list is sent, so the member forgets them.
+    service.leave(0, a);
     assert.deepEqual(service.takeReply(b).peers, []);
   });
 

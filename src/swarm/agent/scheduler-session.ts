@@ -203,7 +203,7 @@ export class SchedulerSession {
                 this.roundTripFrom = undefined;
               }
               const reply = parseMessage(syncReplySchema, frame, 'sync reply');
-              if (reply.peers.length > 0) this.knownPeers = reply.peers;
+              if (reply.peers !== undefined) this.knownPeers = reply.peers;
               this.options.onReply(reply);
             }
           } catch (error) {
@@ -289,7 +289,7 @@ export class SchedulerSession {
     this.options.onRegistered(registered.host);
     // The first transfers start now; their reports wait for the channel, which opens next.
     if (registered.assignments !== undefined && registered.assignments.length > 0) {
-      this.options.onReply({ assignments: registered.assignments, cancellations: [], peers: [] });
+      this.options.onReply({ assignments: registered.assignments, cancellations: [] });
     }
   }
 

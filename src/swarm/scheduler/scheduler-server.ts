@@ -65,7 +65,7 @@ export interface SchedulerServer {
 
 const TICK_MS = 100;
 /** The answer to a heartbeat sync when nothing else is waiting for the host. */
-const HEARTBEAT_REPLY = encodeFrame({ assignments: [], cancellations: [], peers: [] });
+const HEARTBEAT_REPLY = encodeFrame({ assignments: [], cancellations: [] });
 
 function isHeartbeat(message: {
   reports: readonly unknown[];

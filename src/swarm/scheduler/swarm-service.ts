@@ -182,12 +182,13 @@ export class SwarmService {
     const entry = this.entry(host);
     // The peer list (for the member's fallback while the scheduler is gone) goes out once per
     // change of membership: with 64 URLs in every reply it was most of each assignment's bytes.
+    // Absent means unchanged, so a list that became empty is still sent.
     const changed = entry.peersSent !== this.membership;
     entry.peersSent = this.membership;
     const reply: SyncReply = {
       assignments: entry.outbox.splice(0),
       cancellations: entry.cancels.splice(0),
-      peers: changed ? this.peersFor(host) : [],
+      ...(changed ? { peers: this.peersFor(host) } : {}),
     };
     return reply;
   }

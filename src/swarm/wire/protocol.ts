@@ -119,10 +119,10 @@ export const syncReplySchema = s.object({
   assignments: s.array(assignmentSchema, { max: SYNC_ITEMS_MAX }),
   cancellations: s.array(id, { max: SYNC_ITEMS_MAX }),
   /**
-   * Peers this host may use on its own if the scheduler goes away: base URLs. Sent when the swarm's
-   * membership changed since this host's last reply; empty means unchanged.
+   * Peers this host may use on its own if the scheduler goes away: base URLs. Present only when the
+   * swarm's membership changed since this host's last reply (absent: unchanged; empty: none now).
    */
-  peers: s.array(s.string({ max: 2048 }), { max: 1024 }),
+  peers: s.optional(s.array(s.string({ max: 2048 }), { max: 1024 })),
 });
 export type SyncReply = s.Infer<typeof syncReplySchema>;
 
