@@ -59,7 +59,7 @@ import { enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 import { writeDone } from '../../util/write-done.js';
-import { RecentBudget } from './recent-pieces.js';
+import { RecentBudget, type Borrowed } from './recent-pieces.js';
 
 export interface AgentOptions {
   schedulerUrl: string;
@@ -785,7 +785,7 @@ export class Agent {
         await entry.store.whenHeld(piece, abort.signal);
         const pieceEnd = Math.min(end, (Math.floor(position / pieceSize) + 1) * pieceSize);
         // A piece that just arrived (a lazy load waits for the pieces it reads) is still in memory.
-        const borrowed = entry.member.recentPieces.borrow(piece, position % pieceSize, pieceEnd - position);
+        const borrowed = recentRange(entry, fileIndex, position, pieceEnd - position);
         if (borrowed !== undefined) {
           entry.localPiecesFromMemory++;
           const taken = await writeDone(res, borrowed.bytes);
@@ -816,12 +816,8 @@ export class Agent {
     if (!this.uploads.tryAcquire()) {
       throw new WeightcastError('SWARM_BUSY', `all ${this.uploads.slotsMax} upload slots are busy`);
     }
-    const { pieceSize } = entry.map;
-    const first = entry.map.globalIndex(fileIndex, Math.floor(start / pieceSize));
     const borrowed =
-      this.options.corruptUploads === true
-        ? undefined
-        : entry.member.recentPieces.borrow(first, start % pieceSize, end - start);
+      this.options.corruptUploads === true ? undefined : recentRange(entry, fileIndex, start, end - start);
     if (borrowed !== undefined) {
       entry.uploadsFromMemory++;
       let sent = false;
@@ -836,7 +832,7 @@ export class Agent {
       }
       return;
     }
-    const pooled = this.uploads.take(end - start, pieceSize);
+    const pooled = this.uploads.take(end - start, entry.map.pieceSize);
     let reusable = false;
     try {
       const buffer = pooled.subarray(0, end - start);
@@ -883,6 +879,13 @@ export class Agent {
       },
     };
   }
+}
+
+/** Bytes [start, start + length) of a file from the member's recent pieces, if one kept run holds them. */
+function recentRange(entry: Joined, fileIndex: number, start: number, length: number): Borrowed | undefined {
+  const { pieceSize } = entry.map;
+  const piece = entry.map.globalIndex(fileIndex, Math.floor(start / pieceSize));
+  return entry.member.recentPieces.borrow(piece, start % pieceSize, length);
 }
 
 /** `?waitCompleteMs=N` on a status request: how long it may wait for completion (0: answer now). */
