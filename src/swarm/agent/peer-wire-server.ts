@@ -5,11 +5,10 @@
  * then serves REQUESTs on that connection until either side closes it.
  *
  * How bytes move: each request is answered in turn (bytes on one connection are serial anyway). A
- * piece held verified is read by a positioned read into a pooled buffer and written after its
- * 12-byte head in one corked write: the kernel copies it from that buffer, JavaScript copies nothing.
- * The buffer goes back to the pool only once the write has completed. Serving the newest verified
- * pieces from the buffers they arrived in instead was measured and did not pay: with a 50-75 % hit
- * rate it saved no CPU beyond the runs' spread, and the extra buffers cost page faults.
+ * range among the runs this agent verified last is lent from memory (`borrow`, RecentPieces: most
+ * requests are for a parent's newest pieces); any other is read by a positioned read into a pooled
+ * buffer. Either is written after its 12-byte head in one corked write: the kernel copies it from
+ * that buffer, JavaScript copies nothing. A buffer is given back only once its write has completed.
  *
  * Limits: upload slots (shared with the HTTP path; a request beyond them is answered BUSY at once),
  * the host's upload throttle, REQUESTS_IN_FLIGHT_MAX requests per connection (more closes it), a
