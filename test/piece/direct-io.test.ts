@@ -19,6 +19,7 @@ import {
   carryAlignment,
   directEligible,
   enableDirectIo,
+  localPieceBuffer,
   pieceBuffer,
 } from '../../src/piece/direct-io.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
@@ -90,6 +91,49 @@ describe('direct I/O', () => {
     assert.equal(directEligible(buffer.subarray(0, 0), 0), false);
     // Memory not made by pieceBuffer: its alignment is unknown.
     assert.equal(directEligible(Buffer.allocUnsafeSlow(PIECE), 0), false);
+  });
+
+  it('carves small buffers that stay in this thread from shared slabs, each aligned and apart', (t) => {
+    if (!direct) return t.skip('no O_DIRECT on this file system');
+    const buffers = Array.from({ length: 64 }, () => localPieceBuffer(PIECE));
+    // 64 KiB buffers, 64 of a 4 MiB slab: one or two slabs (the first may have been begun before).
+    assert.ok(new Set(buffers.map((buffer) => buffer.buffer)).size <= 2);
+    for (const [index, buffer] of buffers.entries()) {
+      assert.equal(buffer.length, PIECE);
+      assert.equal(directEligible(buffer, 0), true, `buffer ${index}`);
+      buffer.fill(index);
+    }
+    for (const [index, buffer] of buffers.entries())
+      assert.ok(
+        buffer.every((byte) => byte === index),
+        `buffer ${index} was written over by another`,
+      );
+    // An unaligned length takes whole blocks of the slab; a large buffer is made on its own.
+    const odd = localPieceBuffer(PIECE - 100);
+    const next = localPieceBuffer(PIECE);
+    assert.equal(directEligible(next, 0), true);
+    if (odd.buffer === next.buffer) assert.equal(next.byteOffset - odd.byteOffset, PIECE);
+    const large = localPieceBuffer(8 * 1024 * 1024);
+    assert.equal(large.length, 8 * 1024 * 1024);
+    assert.ok(!buffers.some((buffer) => buffer.buffer === large.buffer));
+    assert.equal(directEligible(large, 0), true);
+  });
+
+  it('stores pieces from carved buffers direct, all correct', async () => {
+    const root = join(work.path, 'store-carved');
+    const store = await storeAll(root, localPieceBuffer(PIECE));
+    try {
+      assert.ok(direct ? store.directBytes > 0 : store.directBytes === 0);
+      assert.ok(
+        await sameFiles(
+          source,
+          join(root, 'final'),
+          manifest.files.map((file) => file.path),
+        ),
+      );
+    } finally {
+      await store.close();
+    }
   });
 
   it('stores aligned pieces past the page cache and a file’s last piece buffered, all correct', async () => {
