@@ -58,7 +58,7 @@ export const O_DIRECT: number | undefined = (constants as { O_DIRECT?: number })
  */
 export function enableDirectIo(dir: string): boolean {
   if (O_DIRECT === undefined) return false;
-  probe = { dir, lastStarts: probe?.lastStarts ?? new Map() };
+  probe = { dir, lastStarts: probe?.lastStarts ?? new Map<number, number>() };
   if (alignedStart(Buffer.allocUnsafeSlow(2 * DIRECT_ALIGNMENT)) === undefined) probe = null;
   return probe !== null;
 }
