@@ -2,7 +2,7 @@
   "targets": [
     {
       "target_name": "weightcast_native",
-      "sources": ["native/socket-options.c"],
+      "sources": ["native/module.c", "native/socket-options.c", "native/buffer-address.c"],
       "cflags": ["-O2", "-Wall", "-Wextra"]
     }
   ]

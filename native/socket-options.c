@@ -11,7 +11,9 @@
 #include <node_api.h>
 #include <sys/socket.h>
 
-static napi_value set_receive_low_water(napi_env env, napi_callback_info info) {
+#include "weightcast-native.h"
+
+napi_value wc_set_receive_low_water(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value args[2];
   int32_t fd = -1;
@@ -25,13 +27,4 @@ static napi_value set_receive_low_water(napi_env env, napi_callback_info info) {
   }
   if (napi_create_int32(env, error, &result) != napi_ok) return NULL;
   return result;
-}
-
-NAPI_MODULE_INIT() {
-  napi_value fn;
-  if (napi_create_function(env, "setReceiveLowWater", NAPI_AUTO_LENGTH, set_receive_low_water, NULL,
-                           &fn) != napi_ok)
-    return NULL;
-  if (napi_set_named_property(env, exports, "setReceiveLowWater", fn) != napi_ok) return NULL;
-  return exports;
 }

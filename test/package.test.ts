@@ -38,9 +38,9 @@ const SHIPPED = [
   /^bin\/weightcast\.js$/,
   /^python\/weightcast_reader\.py$/,
   /^dist\/src\/.+\.(js|d\.ts)$/,
-  // The native socket helper's source, built by npm (node-gyp) where the package is installed.
+  // The native helper's source, built by npm (node-gyp) where the package is installed.
   /^binding\.gyp$/,
-  /^native\/[a-z-]+\.c$/,
+  /^native\/[a-z-]+\.[ch]$/,
 ];
 
 const SUBPATH_CHECK = `

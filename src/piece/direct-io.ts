@@ -19,15 +19,17 @@
  * without O_DIRECT, such as an older tmpfs) takes the ordinary buffered path, and a direct write or
  * read that the kernel refuses with EINVAL is done buffered and turns direct I/O off for that file.
  *
- * A probe costs an open, a direct write to disk and up to 255 refused ones: ~0.5 CPU-ms and 1-2 ms of
- * a blocked thread per buffer on the development VM, 2 and 4 ms for 64 KiB buffers, whose starts
- * malloc varies most. Buffers that stay in this thread (an agent's fetch and upload pools, which now
- * keep a few hundred small pieces for uploads) come from `localPieceBuffer` instead: carved at
- * DIRECT_ALIGNMENT steps from shared slabs, one probe per slab.
+ * Where the native helper is built (native/buffer-address.c), it reads a buffer's address instead
+ * and no buffer is probed; only enableDirectIo's first probe runs, to learn whether the file system
+ * takes O_DIRECT at all. A probe costs an open, a direct write to disk and up to 255 refused ones:
+ * on the development VM ~0.5 CPU-ms and 1-2 ms of a blocked thread per buffer, 2 and 4 ms for 64 KiB
+ * buffers (whose starts malloc varies most), and an agent that keeps a few hundred small pieces in
+ * memory for its uploads makes that many buffers.
  */
 
 import { closeSync, constants, openSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { nativeHelper } from '../util/native-helper.js';
 
 /** Offsets and lengths that go direct are multiples of this (the largest common logical block size). */
 export const DIRECT_ALIGNMENT = 4096;
@@ -42,6 +44,14 @@ interface Probe {
   dir: string;
   /** Where the last buffer of each size had its aligned start: allocations of one size tend to repeat it. */
   lastStarts: Map<number, number>;
+}
+
+/** Probe files made by this process (each a few system calls and a direct write), for tests. */
+let probes = 0;
+
+/** How many alignment probes this process has run (enableDirectIo's, and pieceBuffer's without the native helper). */
+export function directIoProbes(): number {
+  return probes;
 }
 
 /** undefined: not tried yet; null: this process cannot use direct I/O (see enableDirectIo). */
@@ -79,31 +89,16 @@ export function carryAlignment(from: ArrayBufferLike, to: ArrayBufferLike): void
 export function pieceBuffer(length: number): Buffer {
   if (probe === undefined || probe === null) return Buffer.allocUnsafeSlow(length);
   const padded = Buffer.allocUnsafeSlow(length + DIRECT_ALIGNMENT);
-  const start = alignedStart(padded);
+  const start = addressAlignedStart(padded) ?? alignedStart(padded);
   if (start === undefined) return padded.subarray(0, length);
   alignedStarts.set(padded.buffer, padded.byteOffset + start);
   return padded.subarray(start, start + length);
 }
 
-/** Slabs `localPieceBuffer` carves small buffers from; a buffer over an eighth of it is made alone. */
-const SLAB_BYTES = 4 * 1024 * 1024;
-/** The slab being carved (its aligned view when the probe found one) and how much of it is taken. */
-let slab: { view: Buffer; used: number } | undefined;
-
-/**
- * A buffer of `length` bytes for piece I/O that never leaves this thread. It may share its memory
- * (one ArrayBuffer) with other buffers made here, so it must not be transferred to a worker: that
- * would detach them all. Aligned for direct I/O as pieceBuffer's are, at a probe per slab, not per
- * buffer.
- */
-export function localPieceBuffer(length: number): Buffer {
-  const rounded = Math.ceil(Math.max(1, length) / DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT;
-  if (probe === undefined || probe === null || rounded * 8 > SLAB_BYTES) return pieceBuffer(length);
-  if (slab === undefined || slab.used + rounded > slab.view.length)
-    slab = { view: pieceBuffer(SLAB_BYTES), used: 0 };
-  const view = slab.view.subarray(slab.used, slab.used + length);
-  slab.used += rounded;
-  return view;
+/** The offset in `buffer` of its first DIRECT_ALIGNMENT-aligned byte, from its address (native helper). */
+function addressAlignedStart(buffer: Buffer): number | undefined {
+  const modulo = nativeHelper()?.addressModulo(buffer, DIRECT_ALIGNMENT);
+  return modulo === undefined || modulo < 0 ? undefined : (DIRECT_ALIGNMENT - modulo) % DIRECT_ALIGNMENT;
 }
 
 /** Whether `view` at file offset `position` may be written or read with O_DIRECT. */
@@ -131,6 +126,7 @@ function alignedStart(buffer: Buffer): number | undefined {
   const current = probe;
   if (current === undefined || current === null || O_DIRECT === undefined) return undefined;
   const path = join(current.dir, `.direct-io-probe-${process.pid}`);
+  probes++;
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_TRUNC | O_DIRECT, 0o600);

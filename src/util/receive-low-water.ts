@@ -14,8 +14,8 @@
  * reader whose receive window is nearly closed, whatever its mark.
  */
 
-import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
+import { nativeHelper as loadedHelper, type NativeHelper } from './native-helper.js';
 
 /** The highest mark: half a default piece. */
 export const LOW_WATER_MAX_BYTES = 256 * 1024;
@@ -23,29 +23,13 @@ export const LOW_WATER_MAX_BYTES = 256 * 1024;
 export const HOLD_MS_MAX = 50;
 const RATE_WINDOW_MS = 100;
 
-interface NativeHelper {
-  /** 0, or the errno of setsockopt. */
-  setReceiveLowWater(fd: number, bytes: number): number;
-}
+/** Whether WEIGHTCAST_RCVLOWAT=off turned the mark off; read once, when first needed. */
+let turnedOff: boolean | undefined;
 
-/** Undefined until first asked for; null when it is not there or turned off. */
-let helper: NativeHelper | null | undefined;
-
+/** The native helper, unless the mark was turned off. */
 function nativeHelper(): NativeHelper | undefined {
-  helper ??= loadHelper();
-  return helper ?? undefined;
-}
-
-function loadHelper(): NativeHelper | null {
-  if (process.platform !== 'linux' || process.env['WEIGHTCAST_RCVLOWAT'] === 'off') return null;
-  try {
-    // From dist/src/util to the package's build/ (node-gyp's output).
-    const loaded = createRequire(import.meta.url)('../../../build/Release/weightcast_native.node') as
-      Partial<NativeHelper> | undefined;
-    return typeof loaded?.setReceiveLowWater === 'function' ? (loaded as NativeHelper) : null;
-  } catch {
-    return null;
-  }
+  turnedOff ??= process.env['WEIGHTCAST_RCVLOWAT'] === 'off';
+  return turnedOff ? undefined : loadedHelper();
 }
 
 /** Whether sockets get a low-water mark in this process (the helper is built and not turned off). */

@@ -14,7 +14,7 @@ import type { PieceMap } from '../../piece/piece-map.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { Report } from '../wire/protocol.js';
 import type { MemberStore } from './member-store.js';
-import { localPieceBuffer } from '../../piece/direct-io.js';
+import { pieceBuffer } from '../../piece/direct-io.js';
 import { PeerReader } from './peer-reader.js';
 import { RecentBudget, RecentPieces, recentBytesFor } from './recent-pieces.js';
 
@@ -168,7 +168,7 @@ export class PieceFetcher {
     const index = this.buffers.findIndex((buffer) => buffer.length >= length);
     if (index >= 0) return this.buffers.splice(index, 1)[0] as Buffer;
     const { pieceSize } = this.options.map;
-    return localPieceBuffer(Math.max(1, Math.ceil(length / pieceSize)) * pieceSize);
+    return pieceBuffer(Math.max(1, Math.ceil(length / pieceSize)) * pieceSize);
   }
 
   async close(): Promise<void> {

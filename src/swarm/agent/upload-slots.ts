@@ -4,7 +4,7 @@
  * buffers, so that serving does not allocate a multi-MiB buffer per piece.
  */
 
-import { localPieceBuffer } from '../../piece/direct-io.js';
+import { pieceBuffer } from '../../piece/direct-io.js';
 
 export class UploadSlots {
   private active = 0;
@@ -34,7 +34,7 @@ export class UploadSlots {
   take(length: number, pooledLength: number): Buffer {
     const pooled = this.pool.pop();
     if (pooled !== undefined && pooled.length >= length) return pooled;
-    return localPieceBuffer(Math.max(length, pooledLength));
+    return pieceBuffer(Math.max(length, pooledLength));
   }
 
   /** Returns a buffer no write refers to any more; the pool keeps one per slot. */
