@@ -97,7 +97,7 @@ export function pieceBuffer(length: number): Buffer {
 
 /** The offset in `buffer` of its first DIRECT_ALIGNMENT-aligned byte, from its address (native helper). */
 function addressAlignedStart(buffer: Buffer): number | undefined {
-  const modulo = nativeHelper()?.addressModulo(buffer, DIRECT_ALIGNMENT);
+  const modulo = nativeHelper()?.addressModulo?.(buffer, DIRECT_ALIGNMENT);
   return modulo === undefined || modulo < 0 ? undefined : (DIRECT_ALIGNMENT - modulo) % DIRECT_ALIGNMENT;
 }
 

@@ -11,15 +11,16 @@ export interface NativeHelper {
   setReceiveLowWater(fd: number, bytes: number): number;
   /**
    * The address of a typed array's first byte modulo `modulus` (a power of two), or -1 when asked
-   * wrongly (direct-io.ts aligns piece buffers with it).
+   * wrongly (direct-io.ts aligns piece buffers with it). Absent from a helper built by an older
+   * version (until `npm rebuild` builds it again): buffers are then aligned by probing.
    */
-  addressModulo(view: ArrayBufferView, modulus: number): number;
+  addressModulo?(view: ArrayBufferView, modulus: number): number;
 }
 
 /** Undefined until first asked for; null when it is not there. */
 let helper: NativeHelper | null | undefined;
 
-/** The helper with every function this build expects, or undefined (not built, another platform). */
+/** The helper, or undefined (not built, another platform). */
 export function nativeHelper(): NativeHelper | undefined {
   helper ??= loadHelper();
   return helper ?? undefined;
@@ -31,10 +32,7 @@ function loadHelper(): NativeHelper | null {
     // From dist/src/util to the package's build/ (node-gyp's output).
     const loaded = createRequire(import.meta.url)('../../../build/Release/weightcast_native.node') as
       Partial<NativeHelper> | undefined;
-    // A helper built by an older version lacks functions: not used at all rather than in part.
-    return typeof loaded?.setReceiveLowWater === 'function' && typeof loaded.addressModulo === 'function'
-      ? (loaded as NativeHelper)
-      : null;
+    return typeof loaded?.setReceiveLowWater === 'function' ? (loaded as NativeHelper) : null;
   } catch {
     return null;
   }
