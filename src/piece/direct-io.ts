@@ -42,8 +42,8 @@ const alignedStarts = new WeakMap<ArrayBufferLike, number>();
 interface Probe {
   /** Where probe files are made (and unlinked at once): on the file system the pieces go to. */
   dir: string;
-  /** Where the last buffer of each size had its aligned start: allocations of one size tend to repeat it. */
-  lastStarts: Map<number, number>;
+  /** Where the last buffer's aligned start was: allocations of one size tend to repeat it. */
+  lastStart: number;
 }
 
 /** Probe files made by this process (each a few system calls and a direct write), for tests. */
@@ -68,7 +68,7 @@ export const O_DIRECT: number | undefined = (constants as { O_DIRECT?: number })
  */
 export function enableDirectIo(dir: string): boolean {
   if (O_DIRECT === undefined) return false;
-  probe = { dir, lastStarts: probe?.lastStarts ?? new Map<number, number>() };
+  probe = { dir, lastStart: probe?.lastStart ?? 0 };
   if (alignedStart(Buffer.allocUnsafeSlow(2 * DIRECT_ALIGNMENT)) === undefined) probe = null;
   return probe !== null;
 }
@@ -139,16 +139,15 @@ function alignedStart(buffer: Buffer): number | undefined {
   try {
     unlinkSync(path);
     const candidates = DIRECT_ALIGNMENT / ADDRESS_STEP;
-    const last = current.lastStarts.get(buffer.length) ?? 0;
     for (let i = 0; i < candidates; i++) {
-      const start = (last + i * ADDRESS_STEP) % DIRECT_ALIGNMENT;
+      const start = (current.lastStart + i * ADDRESS_STEP) % DIRECT_ALIGNMENT;
       try {
         writeSync(fd, buffer, start, DIRECT_ALIGNMENT, 0);
       } catch (error) {
         if (isDirectRefusal(error)) continue;
         return undefined;
       }
-      current.lastStarts.set(buffer.length, start);
+      current.lastStart = start;
       return start;
     }
     return undefined;

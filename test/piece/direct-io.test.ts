@@ -112,23 +112,6 @@ describe('direct I/O', () => {
     }
   });
 
-  it('stores pieces from buffers aligned without a probe direct, all correct', async () => {
-    const root = join(work.path, 'store-addressed');
-    const store = await storeAll(root, pieceBuffer(PIECE));
-    try {
-      assert.ok(direct ? store.directBytes > 0 : store.directBytes === 0);
-      assert.ok(
-        await sameFiles(
-          source,
-          join(root, 'final'),
-          manifest.files.map((file) => file.path),
-        ),
-      );
-    } finally {
-      await store.close();
-    }
-  });
-
   it('stores aligned pieces past the page cache and a file’s last piece buffered, all correct', async () => {
     const root = join(work.path, 'store');
     const store = await storeAll(root, pieceBuffer(PIECE));
