@@ -12,6 +12,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 const TAIL_BYTES_MAX = 8 * 1024;
 /** Bytes of a line `firstLine` accumulates before giving up on it. */
 const LINE_BYTES_MAX = 64 * 1024;
+/** How long `firstMatch` still reads a child's stdout after the child exited. */
+const EXIT_DRAIN_MS = 2000;
 /** How often `stopAll` looks whether its children are gone. */
 const POLL_MS = 50;
 
@@ -124,6 +126,8 @@ export async function firstMatch(
   let pending = '';
   let onData: ((text: string) => void) | undefined;
   let onExit: (() => void) | undefined;
+  let drainTimer: ReturnType<typeof setTimeout> | undefined;
+  let onDrained: (() => void) | undefined;
   const timeout = new AbortController();
   const found = new Promise<RegExpExecArray>((resolve, reject) => {
     onData = (text: string): void => {
@@ -137,13 +141,20 @@ export async function firstMatch(
       if (pending.length > LINE_BYTES_MAX)
         reject(new Error(`${what}: a stdout line exceeds ${LINE_BYTES_MAX} bytes`));
     };
-    onExit = (): void => {
+    // 'exit' may come before the child's last stdout bytes are read (its pipe is drained after):
+    // the line is looked for until stdout ends, or for EXIT_DRAIN_MS, before the exit counts.
+    onDrained = (): void => {
       const tail = tailOf(child);
       reject(
-        new Error(
-          `${what} exited before printing ${String(pattern)}: ${tail.stderr.trim() || tail.stdout.trim()}`,
-        ),
+        new Error(`${what} exited before printing ${String(pattern)}: ${tail.stderr.trim() || tail.stdout.trim()}`),
       );
+    };
+    onExit = (): void => {
+      const drained = onDrained as () => void;
+      if (stdout.readableEnded || stdout.destroyed) return drained();
+      stdout.once('end', drained);
+      stdout.once('close', drained);
+      drainTimer = setTimeout(drained, EXIT_DRAIN_MS);
     };
     stdout.setEncoding('utf8').on('data', onData);
     child.once('exit', onExit);
@@ -157,7 +168,12 @@ export async function firstMatch(
     return await Promise.race([found, expired]);
   } finally {
     timeout.abort();
+    clearTimeout(drainTimer);
     if (onData !== undefined) stdout.off('data', onData);
+    if (onDrained !== undefined) {
+      stdout.off('end', onDrained);
+      stdout.off('close', onDrained);
+    }
     if (onExit !== undefined) {
       child.off('exit', onExit);
       child.off('error', onExit);
