@@ -146,7 +146,9 @@ export async function firstMatch(
     onDrained = (): void => {
       const tail = tailOf(child);
       reject(
-        new Error(`${what} exited before printing ${String(pattern)}: ${tail.stderr.trim() || tail.stdout.trim()}`),
+        new Error(
+          `${what} exited before printing ${String(pattern)}: ${tail.stderr.trim() || tail.stdout.trim()}`,
+        ),
       );
     };
     onExit = (): void => {
