@@ -25,7 +25,8 @@
  * and the origin server's --rate-mbps when it has one) and the baseline legs do not run.
  *
  * Diagnostics: with WEIGHTCAST_TRACE_PIECES=1 and --keep, the agents trace every piece and
- * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline).
+ * `bench/trace-report.ts` reads the kept logs (transfers in flight per host and parent, timeline,
+ * and each host's start-up after the clock).
  *
  * Flags: see USAGE in `netns/options.ts`.
  */
@@ -85,6 +86,7 @@ import {
   type Options,
 } from './netns/options.js';
 import { tcpPayloadShare, testbedTag } from './netns/plan.js';
+import { CLOCK_FILE } from './trace-report.js';
 import {
   chainFluidSeconds,
   comparisonLines,
@@ -462,6 +464,12 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     const started = await meter.start();
     sampler.start();
     for (const agent of agents) release(agent);
+    // For trace-report's start-up table: the clock's start on the agents' wall clock.
+    if (process.env['WEIGHTCAST_TRACE_PIECES'] === '1')
+      await writeFile(
+        join(context.logDir, CLOCK_FILE),
+        JSON.stringify({ startedAt: performance.timeOrigin + started }),
+      );
     if (pullsAtLaunch) for (const pull of pulls) release(pull);
     const deadline = started + timeoutMs;
     runs = await Promise.all(

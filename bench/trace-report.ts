@@ -10,8 +10,9 @@
  * hosts finished; how long each pair of hosts sat idle between consecutive transfers (pipelined or
  * not); how recent the parent's copy of what peers asked for was; per host, its download rate, the median rate of one transfer from a peer and its transfers
  * in flight over time; per parent, its uploads in flight; the download rate a host reached with k
- * transfers in flight; and a timeline of pieces held against pieces anywhere in the
- * swarm. A run of pieces (a transfer unit) counts as one transfer everywhere but in the timeline.
+ * transfers in flight; a timeline of pieces held against pieces anywhere in the swarm; and, from a
+ * run of the user-flow leg (`--legs swarm`, which writes the clock's start), each host's start-up:
+ * its agent listening, its pull's join, its registration, its first request. A run of pieces (a transfer unit) counts as one transfer everywhere but in the timeline.
  * Diagnostics only: it reads files and prints.
  */
 
@@ -34,6 +35,9 @@ export interface Fetch {
   endMs: number;
   storedMs: number;
 }
+
+/** What bench:fanout writes into the logs directory, with the traces: the clock's start (epoch ms). */
+export const CLOCK_FILE = 'clock.json';
 
 const SAMPLE_MS = 10;
 const CONCURRENCY_COLUMNS = 9;
@@ -379,6 +383,88 @@ function recencyLines(recency: readonly number[]): string[] {
   ];
 }
 
+/** One host's start, in ms after the clock (absent: not in its trace). */
+export interface HostStart {
+  host: string;
+  listening?: number;
+  joined?: number;
+  registered?: number;
+  /** Its first piece request, to anyone. */
+  firstRequest?: number;
+  /** Its first request to the origin. */
+  firstOriginRequest?: number;
+}
+
+/**
+ * Each host's start-up from its agent's trace: when it listened, was joined by its pull, registered
+ * with the scheduler and sent its first piece request, in ms after the clock's start (CLOCK_FILE,
+ * which bench:fanout writes when tracing). Undefined without that file.
+ */
+export function readStartup(dir: string, model?: string): HostStart[] | undefined {
+  const clockPath = join(dir, CLOCK_FILE);
+  if (!existsSync(clockPath)) return undefined;
+  const startedAt = Number(
+    (JSON.parse(readFileSync(clockPath, 'utf8')) as { startedAt?: unknown }).startedAt,
+  );
+  if (!Number.isFinite(startedAt)) return undefined;
+  const starts: HostStart[] = [];
+  for (const name of readdirSync(dir)
+    .filter((file) => /^agent-.+\.log$/.test(file))
+    .sort()) {
+    const start: HostStart = { host: name.slice('agent-'.length, -'.log'.length) };
+    const earliest = (key: 'firstRequest' | 'firstOriginRequest', ms: number): void => {
+      start[key] = Math.min(start[key] ?? Infinity, ms);
+    };
+    for (const line of readFileSync(join(dir, name), 'utf8').split('\n')) {
+      if (!line.startsWith('{')) continue;
+      let event: Record<string, unknown>;
+      try {
+        event = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      const at = Number(event['at']) - startedAt;
+      if (!Number.isFinite(at)) continue;
+      if (model !== undefined && typeof event['model'] === 'string' && !event['model'].startsWith(model))
+        continue;
+      const type = event['type'];
+      if (type === 'listening') start.listening ??= at;
+      else if (type === 'joined') start.joined ??= at;
+      else if (type === 'registered') start.registered ??= at;
+      else if (type === 'piece' && event['outcome'] === 'verified') {
+        const requested = at - Number(event['verifyMs'] ?? 0) - Number(event['ms']);
+        if (!Number.isFinite(requested)) continue;
+        earliest('firstRequest', requested);
+        if (typeof event['parent'] !== 'string') earliest('firstOriginRequest', requested);
+      }
+    }
+    starts.push(start);
+  }
+  return starts;
+}
+
+/** The start-up table: each host's steps after the clock, and the origin's first request. */
+export function startupLines(starts: readonly HostStart[]): string[] {
+  const seconds = (ms: number | undefined): string => (ms === undefined ? '-' : (ms / 1000).toFixed(2));
+  const origin = Math.min(...starts.map((start) => start.firstOriginRequest ?? Infinity));
+  return [
+    '',
+    "Start-up, s after the clock (each host's agent listening, its pull's join, its registration with the",
+    `scheduler, its first piece request); the origin's first request came at ${seconds(Number.isFinite(origin) ? origin : undefined)} s:`,
+    ...textTable(
+      ['host', 'listening', 'joined', 'registered', 'first request'],
+      starts.map((start) => [
+        start.host,
+        seconds(start.listening),
+        seconds(start.joined),
+        seconds(start.registered),
+        seconds(start.firstRequest),
+      ]),
+      [1, 2, 3, 4],
+    ),
+  ];
+}
+
 export function report(fetches: readonly Fetch[]): string {
   const lines: string[] = [];
   const hosts = [...new Set(fetches.map((f) => f.host))].sort();
@@ -535,7 +621,10 @@ if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(
       process.stderr.write(`${dir}: no piece traces (run the agents with WEIGHTCAST_TRACE_PIECES=1)\n`);
       process.exitCode = 1;
     } else {
-      process.stdout.write(report(fetches));
+      const starts = readStartup(dir, process.argv[3]);
+      process.stdout.write(
+        report(fetches) + (starts === undefined ? '' : `${startupLines(starts).join('\n')}\n`),
+      );
     }
   }
 }

@@ -6,13 +6,16 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import {
+  CLOCK_FILE,
   concurrencyShares,
   originSummary,
   pairGaps,
   pairingShares,
   parentRecency,
+  readStartup,
   readTrace,
   report,
+  startupLines,
   windowRates,
   type Fetch,
 } from '../../bench/trace-report.js';
@@ -264,4 +267,51 @@ test('windowRates: each transfer spread evenly from its first byte to its last, 
   assert.ok(Math.abs(rates[1]! - 0.8e6 / 0.2) < 1, `window 1: ${rates[1]}`);
   assert.ok(Math.abs(rates[2]! - 0.1e6 / 0.2) < 1, `window 2: ${rates[2]}`);
   assert.deepEqual(windowRates([], 0, 100, 250), [0], 'a span shorter than a window is one window');
+});
+
+test("readStartup and startupLines: each host's steps after the clock, the origin's first request", async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'wc-trace-'));
+  try {
+    const line = (at: number, fields: Record<string, unknown>): string => JSON.stringify({ at, ...fields });
+    await writeFile(
+      join(dir, 'agent-host1.log'),
+      [
+        'weightcast agent listening on http://10.0.0.2:7001',
+        line(1500, { type: 'listening' }),
+        line(2100, { type: 'joined', model: 'aa11' }),
+        line(2150, { type: 'registered', model: 'aa11' }),
+        // Requested at 2400 - 10 - 100 = 2290 ms, from the origin; a later one from a peer.
+        line(2400, { type: 'piece', model: 'aa11', outcome: 'verified', ms: 100, verifyMs: 10 }),
+        line(2600, { type: 'piece', model: 'aa11', outcome: 'verified', ms: 100, parent: 'http://x' }),
+        line(2000, { type: 'piece', model: 'aa11', outcome: 'failed', ms: 500 }),
+      ].join('\n'),
+    );
+    await writeFile(
+      join(dir, 'agent-host2.log'),
+      [
+        line(1600, { type: 'listening' }),
+        line(2500, { type: 'piece', outcome: 'verified', ms: 200, parent: 'p' }),
+      ].join('\n'),
+    );
+    assert.equal(readStartup(dir), undefined, 'no clock file: no start-up');
+    await writeFile(join(dir, CLOCK_FILE), JSON.stringify({ startedAt: 1000 }));
+    const starts = readStartup(dir);
+    assert.deepEqual(starts, [
+      {
+        host: 'host1',
+        listening: 500,
+        joined: 1100,
+        registered: 1150,
+        firstRequest: 1290,
+        firstOriginRequest: 1290,
+      },
+      { host: 'host2', listening: 600, firstRequest: 1300 },
+    ]);
+    const text = startupLines(starts ?? []).join('\n');
+    assert.match(text, /the origin's first request came at 1\.29 s/);
+    assert.match(text, /^host1 +0\.50 +1\.10 +1\.15 +1\.29$/m);
+    assert.match(text, /^host2 +0\.60 +- +- +1\.30$/m);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });

@@ -88,6 +88,8 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       ...(process.env['WEIGHTCAST_PEER_WIRE'] === '0' ? { peerWire: false } : {}),
       onEvent: (event) => printEvent(io, event, json),
     });
+    if (TRACE)
+      io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), type: 'listening' }) + '\n');
     await seed?.register(flags.scheduler, agent.name, agent.url, io.signal).catch(async (error: unknown) => {
       await agent.close();
       throw error;
@@ -119,15 +121,15 @@ async function openSeedNode(
 }
 
 /**
- * Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every piece with a wall-clock time, to study a run's
- * timing. Read once: the environment is a slow lookup, and events come once per piece.
+ * Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every event (each piece, the join, the registration)
+ * and the moment the agent listens, as JSON lines on stderr with a wall-clock time, to study a run's
+ * timing (bench/trace-report.ts). Read once: the environment is a slow lookup, and events come once
+ * per piece.
  */
-const TRACE_PIECES = process.env['WEIGHTCAST_TRACE_PIECES'] === '1';
+const TRACE = process.env['WEIGHTCAST_TRACE_PIECES'] === '1';
 
 function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
-  if (TRACE_PIECES && event.type === 'piece') {
-    io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), ...event }) + '\n');
-  }
+  if (TRACE) io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), ...event }) + '\n');
   if (json) {
     if (event.type !== 'piece') io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
     return;
