@@ -75,9 +75,61 @@ export function createProgress(io: CliIo, label: string, json: boolean): Progres
 
 /** The line shown while an origin is retried: what failed, and how much of the budget is left. */
 export function originRetryLine(event: Omit<RetryEvent, 'error'>): string {
-  const seconds = (ms: number): string => `${Math.round(ms / 1000)} s`;
   return (
     `origin unavailable for ${event.path} (${event.reason}); retry ${event.attempt} in ` +
     `${Math.round(event.delayMs)} ms, ${seconds(event.elapsedMs)} of ${seconds(event.budgetMs)} waited`
   );
+}
+
+function seconds(ms: number): string {
+  return `${Math.round(ms / 1000)} s`;
+}
+
+/** How often a continuing origin outage is summarised after its first line. */
+export const RETRY_SUMMARY_MS = 5000;
+
+/**
+ * Origin retries as a reader wants them: the first retry of a kind of failure in full, then while
+ * the same failure goes on, one summary line per RETRY_SUMMARY_MS (how many retries of how many
+ * files), instead of one line per retry of every read in flight (a pull with 16 reads in flight
+ * printed ~200 lines a minute while its origin was down). A new kind of failure is shown at once.
+ * `nowMs` is the clock (tests pass their own).
+ */
+export function originRetryReporter(
+  log: (line: string) => void,
+  nowMs: () => number = () => performance.now(),
+): (event: Omit<RetryEvent, 'error'>) => void {
+  let kind: string | undefined;
+  let shownMs = 0;
+  let retries = 0;
+  const files = new Set<string>();
+  return (event) => {
+    // The same failure of another file is the same kind: what the reason says after the file's
+    // name ("read of FILE: connect ECONNREFUSED ..."), or the reason without the name.
+    const named = event.reason.indexOf(`${event.path}: `);
+    const failure =
+      named >= 0
+        ? event.reason.slice(named + event.path.length + 2)
+        : event.reason.split(event.path).join('...');
+    const now = nowMs();
+    if (failure !== kind) {
+      kind = failure;
+      shownMs = now;
+      retries = 0;
+      files.clear();
+      log(`${originRetryLine(event)} (while this goes on: a summary every ${seconds(RETRY_SUMMARY_MS)})`);
+      return;
+    }
+    retries++;
+    files.add(event.path);
+    if (now - shownMs < RETRY_SUMMARY_MS) return;
+    log(
+      `origin still unavailable (${failure}): ${retries} ${retries === 1 ? 'retry' : 'retries'} of ` +
+        `${files.size} ${files.size === 1 ? 'file' : 'files'} in the last ${seconds(now - shownMs)}; ` +
+        `${seconds(event.elapsedMs)} of ${seconds(event.budgetMs)} waited`,
+    );
+    shownMs = now;
+    retries = 0;
+    files.clear();
+  };
 }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { memoryIo } from '../../src/cli/io.js';
 import { runCli } from '../../src/cli/main.js';
-import { createProgress } from '../../src/cli/progress.js';
+import { createProgress, originRetryReporter, RETRY_SUMMARY_MS } from '../../src/cli/progress.js';
 import { formatBytes, formatRate } from '../../src/util/units.js';
 import { tempDir } from '../helpers/fixtures.js';
 
@@ -53,4 +53,49 @@ test('pull of a 3-byte file reports 3 B and a readable rate', async () => {
   } finally {
     await work.cleanup();
   }
+});
+
+test('origin retries: the first of a kind in full, then one summary per period, a new kind at once', () => {
+  const lines: string[] = [];
+  let now = 0;
+  const report = originRetryReporter(
+    (line) => lines.push(line),
+    () => now,
+  );
+  const retry = (path: string, cause: string, attempt: number) =>
+    report({
+      path,
+      attempt,
+      delayMs: 100,
+      elapsedMs: now,
+      budgetMs: 60_000,
+      reason: `read of ${path}: ${cause}`,
+    });
+  retry('a.safetensors', 'connect ECONNREFUSED', 1);
+  assert.equal(lines.length, 1);
+  assert.match(
+    lines[0] ?? '',
+    /^origin unavailable for a\.safetensors \(read of a\.safetensors: connect ECONNREFUSED\); retry 1 in 100 ms/,
+  );
+  // Sixteen reads in flight retrying the same failure within the period: nothing more.
+  for (let read = 0; read < 16; read++) {
+    now += 100;
+    retry(`f${read % 4}.safetensors`, 'connect ECONNREFUSED', 2);
+  }
+  assert.equal(lines.length, 1);
+  now = RETRY_SUMMARY_MS + 10;
+  retry('f0.safetensors', 'connect ECONNREFUSED', 3);
+  assert.equal(lines.length, 2);
+  assert.equal(
+    lines[1],
+    'origin still unavailable (connect ECONNREFUSED): 17 retries of 4 files in the last 5 s; 5 s of 60 s waited',
+  );
+  // Another failure is news: shown at once, in full.
+  now += 10;
+  retry('f1.safetensors', 'HTTP 503', 1);
+  assert.equal(lines.length, 3);
+  assert.match(
+    lines[2] ?? '',
+    /^origin unavailable for f1\.safetensors \(read of f1\.safetensors: HTTP 503\)/,
+  );
 });

@@ -6,12 +6,13 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { originRetryLine } from '../progress.js';
+import { originRetryReporter } from '../progress.js';
 import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { join } from 'node:path';
+import type { RetryEvent } from '../../origin/http.js';
 import { receiveLowWaterNote } from '../../util/receive-low-water.js';
 
 export interface AgentFlags extends AccessFlags, ServerLimitFlags {
@@ -120,6 +121,18 @@ async function openSeedNode(
   });
 }
 
+/** Each model's origin retries, summarised while an outage goes on (see originRetryReporter). */
+const originRetries = new Map<string, (event: Omit<RetryEvent, 'error'>) => void>();
+
+function originRetryOf(io: CliIo, model: string): (event: Omit<RetryEvent, 'error'>) => void {
+  let report = originRetries.get(model);
+  if (report === undefined) {
+    report = originRetryReporter((line) => io.stdout(`model ${model.slice(0, 12)}: ${line}\n`));
+    originRetries.set(model, report);
+  }
+  return report;
+}
+
 /**
  * Diagnostics: WEIGHTCAST_TRACE_PIECES=1 logs every event (each piece, the join, the registration)
  * and the moment the agent listens, as JSON lines on stderr with a wall-clock time, to study a run's
@@ -158,13 +171,15 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
         );
       break;
     case 'complete':
+      originRetries.delete(event.model);
       io.stdout(`model ${model}: complete; seeding\n`);
       break;
     case 'failed':
+      originRetries.delete(event.model);
       io.stdout(`model ${model}: stopped: ${event.code}: ${event.reason}\n`);
       break;
     case 'origin-retry':
-      io.stdout(`model ${model}: ${originRetryLine(event)}\n`);
+      originRetryOf(io, event.model)(event);
       break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);

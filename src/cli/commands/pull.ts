@@ -9,7 +9,7 @@ import { WeightcastError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
-import { createProgress, originRetryLine } from '../progress.js';
+import { createProgress, originRetryReporter } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
@@ -178,6 +178,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
       const download = parseMbps(flags.downloadMbps, '--download-mbps');
       const { swarmPull } = await import('../../swarm/swarm-pull.js');
+      const originRetry = originRetryReporter((line) => progress.log(`weightcast: ${line}`));
       const result = await swarmPull(src, flags.to, {
         manifest,
         schedulerUrl: flags.scheduler,
@@ -188,7 +189,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         onEvent: (event) => {
           if (event.type === 'scheduler-lost')
             progress.log(`weightcast: scheduler lost (${event.reason}); carrying on with known peers`);
-          if (event.type === 'origin-retry') progress.log(`weightcast: ${originRetryLine(event)}`);
+          if (event.type === 'origin-retry') originRetry(event);
           if (event.type === 'piece' && event.outcome === 'corrupt')
             progress.log(
               `weightcast: piece ${event.piece} from a ${event.from} failed verification; fetching it elsewhere`,

@@ -3,7 +3,7 @@
 import { WeightcastError } from '../../errors.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin, OriginEntry } from '../../origin/origin.js';
-import { originRetryLine, type Progress } from '../progress.js';
+import { originRetryReporter, type Progress } from '../progress.js';
 import type { ClientTls } from '../../auth/transport.js';
 
 export interface OriginFlags {
@@ -26,7 +26,9 @@ export function openSource(source: string, flags: OriginFlags, progress?: Progre
     ...(flags.files !== undefined ? { files: flags.files } : {}),
     ...(flags.tls !== undefined ? { tls: flags.tls } : {}),
     ...(flags.originRetryS !== undefined ? { retryBudgetMs: originRetryBudgetMs(flags.originRetryS) } : {}),
-    onRetry: (info) => progress?.log(`weightcast: ${originRetryLine(info)}`),
+    ...(progress === undefined
+      ? {}
+      : { onRetry: originRetryReporter((line) => progress.log(`weightcast: ${line}`)) }),
   });
 }
 
