@@ -123,10 +123,17 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'the file does not exist at the origin (404)',
   },
-  ORIGIN_HTTP_STATUS: { status: 500, exit: 1, summary: 'an HTTP status that is not retried (403, ...)' },
+  // Remote: an agent stops a model with these, and a pull through it reports the agent's reason.
+  ORIGIN_HTTP_STATUS: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary: 'an HTTP status that is not retried (403, ...)',
+  },
   ORIGIN_RETRIES_EXHAUSTED: {
     status: 500,
     exit: 1,
+    remote: true,
     resumable: true,
     summary: 'retries (5xx, 429, timeouts, resets) ran out; the last cause is attached',
   },

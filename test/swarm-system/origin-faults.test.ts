@@ -15,10 +15,11 @@ import { promisify } from 'node:util';
 import { CLI } from '../../scripts/cluster.js';
 import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
-import { writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer, type FaultHook } from '../../src/origin/file-server.js';
 import { HttpOrigin, type RetryEvent } from '../../src/origin/http.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
@@ -151,6 +152,37 @@ describe('an origin outage', { timeout: 60_000 }, () => {
       assert.ok(retries.length > 0, 'no origin-retry event was reported');
     } finally {
       fault = undefined;
+    }
+  });
+
+  it('through an agent, past its budget, fails the pull with ORIGIN_RETRIES_EXHAUSTED (exit 1)', async () => {
+    fault = outageFor(60_000);
+    // The agent's origin budget runs out while the pull waits on its status (a long poll): the pull
+    // must hear the agent's reason, not "the agent answered HTTP 500".
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'agent-outage-cache'),
+      originRetryBudgetMs: 600,
+    });
+    try {
+      const failed = await run(
+        process.execPath,
+        [CLI, 'pull', server.url, '--to', join(work.path, 'agent-outage'), '--manifest', manifestPath],
+        { env: { ...process.env, WEIGHTCAST_AGENT: agent.url }, timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', /ORIGIN_RETRIES_EXHAUSTED: the agent at .*: read of /);
+      assert.doesNotMatch(failed.stderr ?? '', /SWARM_PROTOCOL/);
+      assert.equal(
+        agent.status(manifestDigest(manifest).slice('sha256:'.length)).failed?.code,
+        'ORIGIN_RETRIES_EXHAUSTED',
+      );
+    } finally {
+      fault = undefined;
+      await agent.close();
     }
   });
 });

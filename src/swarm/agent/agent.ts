@@ -304,9 +304,12 @@ export class Agent {
     await this.model(hex).member.complete;
   }
 
-  /** Long poll: returns when the model is complete, `waitMs` passed, or the client went away. */
+  /**
+   * Long poll: returns when the model is complete or stopped (the status then says why), `waitMs`
+   * passed, or the client went away.
+   */
   private async waitComplete(hex: string, waitMs: number, res: ServerResponse): Promise<void> {
-    const complete = this.model(hex).member.complete;
+    const complete = this.model(hex).member.complete.catch(() => undefined);
     let timer: ReturnType<typeof setTimeout> | undefined;
     let onClose: (() => void) | undefined;
     await Promise.race([
