@@ -6,6 +6,7 @@
  */
 
 import assert from 'node:assert/strict';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
@@ -91,6 +92,60 @@ describe('a silent scheduler', { timeout: 60_000 }, () => {
       await store.close();
       await origin.close();
       await stopProcess(scheduler);
+      await dir.cleanup();
+    }
+  });
+});
+
+describe('a scheduler that never answers', { timeout: 30_000 }, () => {
+  it('is said once (a wrong --scheduler is not silent), not at every retry', async () => {
+    // A port nothing listens on: taken, then freed.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const dir = await tempDir('unreachable-scheduler');
+    const modelDir = join(dir.path, 'model');
+    await writeSmallModel(modelDir);
+    const origin = new LocalOrigin(modelDir);
+    const manifest = await buildManifest(origin, { pieceSize: 64 * 1024 });
+    const map = new PieceMap(manifest);
+    const store = await PieceStore.open(map, {
+      dataDir: join(dir.path, 'partial'),
+      stateDir: join(dir.path, 'state'),
+      finalDir: modelDir,
+    });
+    const events: MemberEvent[] = [];
+    const member = new SwarmMember({
+      model: manifestDigest(manifest).slice('sha256:'.length),
+      map,
+      manifestBytes: encodeManifest(manifest),
+      store,
+      origin,
+      schedulerUrl: `http://127.0.0.1:${port}`,
+      identity: {
+        name: 'a',
+        url: 'http://127.0.0.1:9/',
+        uploadBytesPerSecond: 1e8,
+        downloadBytesPerSecond: 1e8,
+      },
+      downloadThrottle: new Throttle(undefined),
+      onEvent: (event) => {
+        if (event.type !== 'piece') events.push(event);
+      },
+    });
+    try {
+      member.start();
+      const lost = (): MemberEvent[] => events.filter((event) => event.type === 'scheduler-lost');
+      assert.ok(await until(() => lost().length > 0, 5000), 'an unreachable scheduler was not said');
+      assert.match((lost()[0] as { reason: string }).reason, /ECONNREFUSED|unreachable/);
+      // Registering is retried every 0.5-2 s meanwhile; none of the retries is said again.
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      assert.equal(lost().length, 1, JSON.stringify(lost()));
+    } finally {
+      await member.close();
+      await store.close();
+      await origin.close();
       await dir.cleanup();
     }
   });

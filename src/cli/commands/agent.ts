@@ -161,7 +161,7 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
       break;
     case 'scheduler-lost':
       io.stdout(
-        `model ${model}: scheduler lost (${event.reason}); carrying on with known peers and the origin\n`,
+        `model ${model}: no scheduler (${event.reason}); carrying on with known peers and the origin until it answers\n`,
       );
       break;
     case 'piece':

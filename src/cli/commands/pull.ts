@@ -188,7 +188,9 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         onProgress,
         onEvent: (event) => {
           if (event.type === 'scheduler-lost')
-            progress.log(`weightcast: scheduler lost (${event.reason}); carrying on with known peers`);
+            progress.log(
+              `weightcast: no scheduler (${event.reason}); carrying on with known peers until it answers`,
+            );
           if (event.type === 'origin-retry') originRetry(event);
           if (event.type === 'piece' && event.outcome === 'corrupt')
             progress.log(

@@ -295,10 +295,13 @@ export class SchedulerSession {
 
   private lose(error: unknown): void {
     const reason = error instanceof Error ? error.message : String(error);
-    const announce = this.host !== undefined || !isWeightcastError(error, 'SCHEDULER_UNREACHABLE');
+    const unreachable = isWeightcastError(error, 'SCHEDULER_UNREACHABLE');
+    // A registered host losing the scheduler is news, and so is a scheduler that never answered
+    // (a wrong --scheduler would otherwise go unmentioned); its retries, with backoff, are not.
+    const announce = this.host !== undefined || !unreachable || !this.schedulerDown;
     this.host = undefined;
     // Only an unreachable scheduler sends the member out on its own; a refusal just re-registers.
-    if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) this.schedulerDown = true;
+    if (unreachable) this.schedulerDown = true;
     this.options.onLost(reason, announce);
   }
 
