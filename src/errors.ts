@@ -155,6 +155,7 @@ export const ERROR_CATALOGUE = {
   PIECE_HASH_MISMATCH: {
     status: 500,
     exit: 1,
+    remote: true,
     resumable: true,
     summary: 'the origin kept sending bytes that fail verification; nothing was written',
   },

@@ -187,6 +187,62 @@ describe('an origin outage', { timeout: 60_000 }, () => {
   });
 });
 
+describe('an origin that keeps sending wrong bytes for a piece', { timeout: 60_000 }, () => {
+  // Every read of the shard's first piece has a byte flipped; the rest of the model is fine.
+  const firstPieceCorrupt: FaultHook = (request) =>
+    request.path === SHARD && request.method === 'GET' && (request.range?.start ?? 0) === 0
+      ? { kind: 'corrupt', offset: 10 }
+      : undefined;
+
+  it('stops pull --scheduler with PIECE_HASH_MISMATCH after a bounded number of copies', async () => {
+    fault = firstPieceCorrupt;
+    const requestsBefore = server.stats.requests;
+    try {
+      await assert.rejects(
+        swarmPull(server.url, join(work.path, 'swarm-corrupt'), {
+          manifest,
+          schedulerUrl: scheduler.url,
+          signal: AbortSignal.timeout(30_000),
+        }),
+        (error: unknown) =>
+          isWeightcastError(error, 'PIECE_HASH_MISMATCH') && /wrong bytes 4 times/.test(String(error)),
+      );
+      // Before, the swarm assigned the piece from the origin again and again (~1,200 times a second).
+      const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+      const requests = server.stats.requests - requestsBefore;
+      assert.ok(requests <= pieces + 8, `${requests} origin requests for ${pieces} pieces`);
+    } finally {
+      fault = undefined;
+    }
+  });
+
+  it('fails a pull through an agent with PIECE_HASH_MISMATCH (exit 1)', async () => {
+    fault = firstPieceCorrupt;
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'corrupt-cache'),
+    });
+    try {
+      const failed = await run(
+        process.execPath,
+        [CLI, 'pull', server.url, '--to', join(work.path, 'agent-corrupt'), '--manifest', manifestPath],
+        { env: { ...process.env, WEIGHTCAST_AGENT: agent.url }, timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(
+        failed.stderr ?? '',
+        /PIECE_HASH_MISMATCH: the agent at .*: .*piece 0: the origin sent wrong bytes 4 times/,
+      );
+    } finally {
+      fault = undefined;
+      await agent.close();
+    }
+  });
+});
+
 describe('an origin without a file the manifest names', { timeout: 60_000 }, () => {
   it('stops the swarm model with ORIGIN_NOT_FOUND, after a bounded number of requests', async () => {
     const missing = manifest.files.find((file) => file.path === SHARD);

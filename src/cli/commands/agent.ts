@@ -167,7 +167,7 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'piece':
       if (event.outcome === 'corrupt')
         io.stdout(
-          `model ${model}: piece ${event.piece} from a ${event.from} failed verification; refetching\n`,
+          `model ${model}: piece ${event.piece} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; refetching\n`,
         );
       break;
     case 'complete':

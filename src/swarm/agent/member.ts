@@ -99,6 +99,8 @@ export const MANIFEST_INLINE_BYTES_MAX = 128 * 1024;
  * before this one ends (measured: 10-27 origin transfers at once where the scheduler allowed 8).
  */
 const ENDING_LEAD_MIN_MS = 30;
+/** Wrong copies of one piece from the origin that stop the model (a pull from the origin allows as many). */
+export const ORIGIN_CORRUPT_COPIES_MAX = 4;
 const ENDING_LEAD_MAX_MS = 250;
 const ENDING_LEAD_ROUND_TRIPS = 3;
 /** A transfer's progress is looked at again no sooner than this. */
@@ -136,6 +138,8 @@ export class SwarmMember {
    */
   failure: WeightcastError | undefined;
   private readonly downloadsMax: number;
+  /** Wrong copies of a piece the origin sent this host, by piece (see originSentWrongBytes). */
+  private readonly originCorruptCopies = new Map<number, number>();
 
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
@@ -249,6 +253,7 @@ export class SwarmMember {
 
   private onPiece(event: PieceEvent): void {
     this.options.onEvent?.(event);
+    if (event.outcome === 'corrupt' && event.from === 'origin') this.originSentWrongBytes(event.piece);
     if (event.outcome !== 'verified') return;
     this.session.held(event.piece);
     if (this.options.store.complete && !this.completed) {
@@ -256,6 +261,26 @@ export class SwarmMember {
       this.completeResolve();
       this.options.onEvent?.({ type: 'complete' });
     }
+  }
+
+  /**
+   * The origin is the only source of a piece no host holds: one that keeps sending wrong bytes for
+   * it (a changed file, a broken proxy) would have it assigned from the origin again and again. As
+   * a pull from the origin does, the model stops once the origin has failed the same piece
+   * ORIGIN_CORRUPT_COPIES_MAX times here, with PIECE_HASH_MISMATCH.
+   */
+  private originSentWrongBytes(piece: number): void {
+    const copies = (this.originCorruptCopies.get(piece) ?? 0) + 1;
+    this.originCorruptCopies.set(piece, copies);
+    if (copies < ORIGIN_CORRUPT_COPIES_MAX) return;
+    const where = this.options.map.locate(piece);
+    this.fail(
+      new WeightcastError(
+        'PIECE_HASH_MISMATCH',
+        `${where.file.path} piece ${where.piece}: the origin sent wrong bytes ${copies} times (they do not match the manifest's SHA-256); nothing was written`,
+        { file: where.file.path, piece: where.piece },
+      ),
+    );
   }
 
   // ---- assignments -----------------------------------------------------------------------------
