@@ -230,6 +230,12 @@ export const ERROR_CATALOGUE = {
     summary: 'a swarm pull was asked for without `--manifest`',
   },
   SCHEDULER_UNREACHABLE: { status: 500, exit: 1, summary: 'the scheduler (or agent API) did not answer' },
+  AGENT_UNREACHABLE: {
+    status: 500,
+    exit: 1,
+    resumable: true,
+    summary: 'a pull through an agent: no agent answered, or it stopped answering mid-pull',
+  },
   // loader (src/loader)
   PLAN_INVALID_OPTIONS: {
     status: 500,

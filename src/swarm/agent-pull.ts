@@ -137,6 +137,17 @@ export async function agentPull(
       ...(options.token === undefined ? {} : { token: options.token }),
       ...(withDestination ? { to } : {}),
     });
+  // An agent that does not answer (not running, or gone mid-pull: a crash, a restart) is said as such;
+  // what it verified stays in its cache, so running the pull again resumes.
+  const agentGone = (error: unknown, when: string): unknown =>
+    isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
+      ? new WeightcastError(
+          'AGENT_UNREACHABLE',
+          `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
+          { agent: base },
+          { cause: error },
+        )
+      : error;
   let joined: ModelStatus;
   try {
     joined = await whileAgentStarts(
@@ -148,9 +159,12 @@ export async function agentPull(
     // An agent that may not write into the destination (outside its --destination-root, another
     // user's, read-only to it) still fetches the model into its cache; this process, as its own
     // user, places the files from there.
-    if (!isWeightcastError(error) || (error.code !== 'IO' && error.code !== 'FORBIDDEN')) throw error;
+    if (!isWeightcastError(error) || (error.code !== 'IO' && error.code !== 'FORBIDDEN'))
+      throw agentGone(error, 'did not answer');
     options.onDestinationRefused?.(error.message);
-    joined = await join(false);
+    joined = await join(false).catch((failure: unknown) =>
+      Promise.reject(agentGone(failure, 'did not answer')),
+    );
   }
   // The agent's digest is the model's name (it differs from the file's hash only for a manifest
   // file that is not canonical).
@@ -162,7 +176,9 @@ export async function agentPull(
     if (status.complete) break;
     if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
     const periodMs = options.progressPeriodMs ?? PROGRESS_PERIOD_MS;
-    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${periodMs}`, 'GET');
+    status = await call(`/v1/local/models/${hex}?waitCompleteMs=${periodMs}`, 'GET').catch((error: unknown) =>
+      Promise.reject(agentGone(error, 'stopped answering')),
+    );
   }
   options.onAgentComplete?.(status);
   if (status.filesDir !== undefined && resolve(status.filesDir) === to)

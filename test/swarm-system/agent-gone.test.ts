@@ -1,0 +1,110 @@
+/**
+ * A pull through an agent that is not there, or that dies mid-pull, fails with AGENT_UNREACHABLE,
+ * saying which agent and what to do, instead of a scheduler error or a hang. A real agent process
+ * killed with SIGKILL under a real pull process; a slowed file server keeps the pull under way.
+ */
+
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { CLI, startProcess, stopProcess, type Proc } from '../../scripts/cluster.js';
+import { isWeightcastError } from '../../src/errors.js';
+import { buildManifest } from '../../src/manifest/build.js';
+import { encodeManifest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { agentPull } from '../../src/swarm/agent-pull.js';
+import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+
+const run = promisify(execFile);
+
+let work: { path: string; cleanup: () => Promise<void> };
+let manifest: Manifest;
+let manifestPath: string;
+let server: FileServer;
+let scheduler: SchedulerServer;
+
+before(async () => {
+  work = await tempDir('agent-gone');
+  const modelDir = join(work.path, 'origin');
+  await writeSmallModel(modelDir);
+  const local = new LocalOrigin(modelDir);
+  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+  manifestPath = join(work.path, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  // ~100 KB/s: the model takes several seconds, so the pull is still waiting when its agent dies.
+  server = await startFileServer({ root: modelDir, rateBytesPerSecond: 100_000 });
+  scheduler = await startScheduler();
+});
+
+after(async () => {
+  await server.close();
+  await scheduler.close();
+  await work.cleanup();
+});
+
+describe('a pull through an agent', { timeout: 60_000 }, () => {
+  it('whose agent dies mid-pull fails with AGENT_UNREACHABLE (exit 1)', async () => {
+    let agent: Proc | undefined;
+    try {
+      agent = await startProcess(
+        [CLI, 'agent', '--scheduler', scheduler.url, '--cache', join(work.path, 'cache'), '--port', '0'],
+        /listening on (http:\/\/\S+)/,
+        'agent',
+      );
+      const pull = run(
+        process.execPath,
+        [
+          CLI,
+          'pull',
+          server.url,
+          '--to',
+          join(work.path, 'dest'),
+          '--manifest',
+          manifestPath,
+          '--agent',
+          agent.url,
+        ],
+        { timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      // Killed once it has joined the model and is fetching it.
+      const joined = (): boolean => agent?.lines.some((line) => line.includes('joined')) === true;
+      for (let wait = 0; wait < 100 && !joined(); wait++)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.ok(joined(), 'the agent never joined the model');
+      agent.child.kill('SIGKILL');
+      const failed = await pull;
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', /AGENT_UNREACHABLE: the agent at http:\S+ stopped answering \(/);
+      assert.match(failed.stderr ?? '', /run the pull again once it is back, or with --no-agent/);
+    } finally {
+      await stopProcess(agent, 'SIGKILL');
+    }
+  });
+
+  it('where no agent answers fails with AGENT_UNREACHABLE once its start-up wait is over', async () => {
+    // A port nothing listens on: taken, then freed.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((resolve) => probe.close(resolve));
+    await assert.rejects(
+      agentPull(server.url, join(work.path, 'nowhere'), {
+        manifestBytes: encodeManifest(manifest),
+        manifestName: manifestPath,
+        agentUrl: `http://127.0.0.1:${port}`,
+        agentStartWaitMs: 300,
+      }),
+      (error: unknown) =>
+        isWeightcastError(error, 'AGENT_UNREACHABLE') &&
+        /did not answer \(.*ECONNREFUSED/.test(String(error)),
+    );
+  });
+});
