@@ -139,7 +139,7 @@ export async function agentPull(
     });
   // An agent that does not answer (not running, or gone mid-pull: a crash, a restart) is said as such;
   // what it verified stays in its cache, so running the pull again resumes.
-  const agentGone = (error: unknown, when: string): unknown =>
+  const agentGone = (error: unknown, when: string): Error =>
     isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
       ? new WeightcastError(
           'AGENT_UNREACHABLE',
@@ -147,7 +147,9 @@ export async function agentPull(
           { agent: base },
           { cause: error },
         )
-      : error;
+      : error instanceof Error
+        ? error
+        : new Error(String(error));
   let joined: ModelStatus;
   try {
     joined = await whileAgentStarts(
