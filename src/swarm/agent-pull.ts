@@ -14,7 +14,7 @@
 import { createHash } from 'node:crypto';
 import { access, constants } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
-import { WeightcastError, abortError, isWeightcastError } from '../errors.js';
+import { WeightcastError, isWeightcastError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import type { Origin } from '../origin/origin.js';
 import type { PlaceResult } from '../pull/place.js';
@@ -139,17 +139,26 @@ export async function agentPull(
     });
   // An agent that does not answer (not running, or gone mid-pull: a crash, a restart) is said as such;
   // what it verified stays in its cache, so running the pull again resumes.
+  // Interrupted while the agent fetches: the agent goes on (it keeps and seeds the model), so the
+  // same command run again finds it further along or done.
+  const interrupted = (): WeightcastError =>
+    new WeightcastError(
+      'ABORTED',
+      `interrupted; the agent at ${base} goes on fetching the model: run the same command again for the files`,
+    );
   const agentGone = (error: unknown, when: string): Error =>
-    isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
-      ? new WeightcastError(
-          'AGENT_UNREACHABLE',
-          `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
-          { agent: base },
-          { cause: error },
-        )
-      : error instanceof Error
-        ? error
-        : new Error(String(error));
+    options.signal?.aborted === true
+      ? interrupted()
+      : isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
+        ? new WeightcastError(
+            'AGENT_UNREACHABLE',
+            `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
+            { agent: base },
+            { cause: error },
+          )
+        : error instanceof Error
+          ? error
+          : new Error(String(error));
   let joined: ModelStatus;
   try {
     joined = await whileAgentStarts(
@@ -176,7 +185,7 @@ export async function agentPull(
   for (;;) {
     options.onProgress?.(status);
     if (status.complete) break;
-    if (options.signal?.aborted === true) throw abortError(options.signal, 'waiting for the agent');
+    if (options.signal?.aborted === true) throw interrupted();
     const periodMs = options.progressPeriodMs ?? PROGRESS_PERIOD_MS;
     status = await call(`/v1/local/models/${hex}?waitCompleteMs=${periodMs}`, 'GET').catch((error: unknown) =>
       Promise.reject(agentGone(error, 'stopped answering')),

@@ -1,6 +1,7 @@
 /**
  * A pull through an agent that is not there, or that dies mid-pull, fails with AGENT_UNREACHABLE,
- * saying which agent and what to do, instead of a scheduler error or a hang. A real agent process
+ * saying which agent and what to do, instead of a scheduler error or a hang; one interrupted says
+ * that the agent goes on. A real agent process
  * killed with SIGKILL under a real pull process; a slowed file server keeps the pull under way.
  */
 
@@ -13,9 +14,10 @@ import { promisify } from 'node:util';
 import { CLI, startProcess, stopProcess, type Proc } from '../../scripts/cluster.js';
 import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
-import { encodeManifest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import { Agent } from '../../src/swarm/agent/agent.js';
 import { agentPull } from '../../src/swarm/agent-pull.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
@@ -86,6 +88,38 @@ describe('a pull through an agent', { timeout: 60_000 }, () => {
       assert.match(failed.stderr ?? '', /run the pull again once it is back, or with --no-agent/);
     } finally {
       await stopProcess(agent, 'SIGKILL');
+    }
+  });
+
+  it('interrupted, says that the agent goes on fetching the model', async () => {
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'cache-interrupted'),
+    });
+    const controller = new AbortController();
+    try {
+      const pulled = agentPull(server.url, join(work.path, 'interrupted'), {
+        manifestBytes: encodeManifest(manifest),
+        manifestName: manifestPath,
+        agentUrl: agent.url,
+        signal: controller.signal,
+        onProgress: () => controller.abort(),
+      });
+      await assert.rejects(
+        pulled,
+        (error: unknown) =>
+          isWeightcastError(error, 'ABORTED') &&
+          /the agent at .* goes on fetching the model/.test(String(error)),
+      );
+      // It does: more pieces arrive after the pull left (the whole model would take ~18 s here).
+      const hex = manifestDigest(manifest).slice('sha256:'.length);
+      const heldThen = agent.status(hex).held;
+      for (let wait = 0; wait < 200 && agent.status(hex).held <= heldThen; wait++)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.ok(agent.status(hex).held > heldThen, 'the agent stopped fetching when the pull left');
+      assert.equal(agent.status(hex).failed, undefined);
+    } finally {
+      await agent.close();
     }
   });
 
