@@ -114,7 +114,7 @@ describe('a pull through an agent', { timeout: 60_000 }, () => {
       // It does: more pieces arrive after the pull left (the whole model would take ~18 s here).
       const hex = manifestDigest(manifest).slice('sha256:'.length);
       const heldThen = agent.status(hex).held;
-      for (let wait = 0; wait < 200 && agent.status(hex).held <= heldThen; wait++)
+      for (let wait = 0; wait < 400 && agent.status(hex).held <= heldThen; wait++)
         await new Promise((resolve) => setTimeout(resolve, 50));
       assert.ok(agent.status(hex).held > heldThen, 'the agent stopped fetching when the pull left');
       assert.equal(agent.status(hex).failed, undefined);

@@ -11,6 +11,7 @@ import { Throttle } from '../../src/util/throttle.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
 import { parseMessage, registeredSchema } from '../../src/swarm/wire/protocol.js';
+import { callJson } from '../../src/swarm/wire/http-json.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
 
 describe('sync channel framing', () => {
@@ -235,6 +236,31 @@ describe('a member registering with a real scheduler', () => {
 });
 
 describe('a second sync channel for the same host', () => {
+  it('ends its registration when it breaks (the agent registers anew): a dead host holds no origin reader', async () => {
+    const { scheduler, manifest, base, signal } = await oneReaderSwarm();
+    try {
+      const dead = (await registerBareHost(base, manifest, { name: 'dead' })) as { host: number };
+      const { socket } = await openChannel(`${base}/hosts/${dead.host}/channel`, signal);
+      // Its first assignment holds the swarm's one origin reader; then it dies without a word.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      socket.destroy();
+      const hosts = async (): Promise<number[]> =>
+        (
+          (await callJson(base, 'the scheduler', { timeoutMs: 5000 })) as { hosts: { host: number }[] }
+        ).hosts.map((entry) => entry.host);
+      for (let wait = 0; wait < 40 && (await hosts()).includes(dead.host); wait++)
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      assert.deepEqual(await hosts(), [], 'the dead host was kept (it would be until the 10 s host timeout)');
+      // The origin reader is free again: a new host gets its first assignment in the register reply.
+      const next = (await registerBareHost(base, manifest, { name: 'next', assignmentsInReply: true })) as {
+        assignments?: unknown[];
+      };
+      assert.equal(next.assignments?.length, 1);
+    } finally {
+      await scheduler.close();
+    }
+  });
+
   it('replaces the first instead of waking it forever, and the scheduler keeps answering', async () => {
     const { scheduler, manifest, base, signal } = await oneReaderSwarm();
     try {

@@ -104,6 +104,8 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
    * replaces), holding the scheduler's event loop at 100 % CPU.
    */
   const channelOfHost = new Map<string, { socket: Socket; retire: () => void }>();
+  /** Set once the scheduler closes: its channels closing then are not their hosts leaving. */
+  let closing = false;
 
   const gate = new Gate(options.credentials);
 
@@ -304,6 +306,9 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     };
     socket.on('data', onData);
     socket.on('error', () => socket.destroy());
+    // The agent's end of the channel closed (it stopped, or died: the kernel closes its sockets).
+    // Left half-open, the socket would never close, and the registration would wait for the timeout.
+    socket.on('end', () => socket.destroy());
     const key = `${model}/${host}`;
     const previous = channelOfHost.get(key);
     channelOfHost.set(key, {
@@ -317,8 +322,15 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     socket.on('close', () => {
       channels.delete(socket);
       retired = true;
-      if (channelOfHost.get(key)?.socket === socket) channelOfHost.delete(key);
+      const current = channelOfHost.get(key)?.socket === socket;
+      if (current) channelOfHost.delete(key);
       swarm.unpark(host, wake);
+      // An agent whose channel breaks registers again under a new id, and one that died never comes
+      // back: either way this registration is over. Dropped now, its transfers free their origin
+      // readers and upload slots at once instead of after the host timeout (10 s). A channel
+      // replaced by another for the same registration, or closed by the scheduler's own close, is
+      // not an end.
+      if (current && !closing && swarm.registrationOf(host) === registration) swarm.leave(now(), host);
     });
     swarm.touch(now(), host);
     wake();
@@ -359,6 +371,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     url: `${schemeOf(options.tls)}://${hostPart}:${address.port}`,
     swarms,
     close: async () => {
+      closing = true;
       clearInterval(ticker);
       for (const res of openSyncs) res.destroy();
       for (const socket of channels) socket.destroy();
