@@ -230,6 +230,11 @@ export const ERROR_CATALOGUE = {
     summary: 'a swarm pull was asked for without `--manifest`',
   },
   SCHEDULER_UNREACHABLE: { status: 500, exit: 1, summary: 'the scheduler (or agent API) did not answer' },
+  AGENT_CACHE_IN_USE: {
+    status: 500,
+    exit: 1,
+    summary: 'another agent on this machine uses that cache directory',
+  },
   AGENT_UNREACHABLE: {
     status: 500,
     exit: 1,

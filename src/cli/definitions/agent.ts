@@ -10,7 +10,10 @@ export const registerAgent: RegisterCommand = (program, io, setExitCode) => {
   const command = withAccessOptions(program.command('agent'), 'service')
     .description(descriptionOf('agent'))
     .requiredOption('--scheduler <url>', 'the scheduler, e.g. http://10.0.0.1:7000')
-    .requiredOption('--cache <dir>', 'where verified pieces are kept (a restart resumes from here)')
+    .requiredOption(
+      '--cache <dir>',
+      'where verified pieces are kept (a restart resumes from here; one agent per cache)',
+    )
     .option('--port <port>', 'port for peers and local pulls (0 = any)', String(AGENT_PORT_DEFAULT))
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option('--advertise <url>', 'URL peers should use to reach this agent (default: the listening address)')

@@ -14,9 +14,10 @@
  */
 
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, unlink, type FileHandle } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
+import { PidLockHeld, takePidLock } from '../../util/pid-lock.js';
 import type { MoveKind } from '../plan/index.js';
 
 export interface IntentRecord {
@@ -152,37 +153,20 @@ function parseJournal(bytes: Buffer): { records: JournalRecord[]; validEnd: numb
 
 /** Takes `<dir>/<name>.lock` for this process; a lock left by a dead process is taken over. */
 export async function takeLock(dir: string, name: string): Promise<() => Promise<void>> {
-  await mkdir(dir, { recursive: true });
   const path = join(dir, `${name}.lock`);
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const handle = await open(path, 'wx');
-      await handle.writeFile(`${process.pid}\n`);
-      await handle.close();
-      return async () => {
-        await unlink(path).catch(() => undefined);
-      };
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const owner = Number((await readFile(path, 'utf8').catch(() => '')).trim());
-      if (Number.isSafeInteger(owner) && owner > 0 && owner !== process.pid && processAlive(owner)) {
-        throw new WeightcastError(
-          'SEED_APPLY_LOCKED',
-          `another distribute (PID ${owner}) is applying to this model; lock ${path}`,
-          { file: path },
-        );
-      }
-      await unlink(path).catch(() => undefined);
-    }
-  }
-  throw new WeightcastError('SEED_APPLY_LOCKED', `could not take the lock ${path}`, { file: path });
-}
-
-function processAlive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
+    return await takePidLock(path);
   } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
+    if (error instanceof PidLockHeld) {
+      throw new WeightcastError(
+        'SEED_APPLY_LOCKED',
+        `another distribute (PID ${error.owner}) is applying to this model; lock ${path}`,
+        { file: path },
+      );
+    }
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') {
+      throw new WeightcastError('SEED_APPLY_LOCKED', `could not take the lock ${path}`, { file: path });
+    }
+    throw error;
   }
 }

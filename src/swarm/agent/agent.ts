@@ -35,6 +35,7 @@ import {
   type ServiceAccess,
 } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
+import { PidLockHeld, takePidLock } from '../../util/pid-lock.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
@@ -249,6 +250,8 @@ export class Agent {
   /** Limits both servers share (one body budget among them). */
   private limits: ServerLimits | undefined;
   private closing = false;
+  /** Releases the cache's lock (see lockCache). */
+  private releaseCache: (() => Promise<void>) | undefined;
   url = '';
   name = '';
 
@@ -271,11 +274,18 @@ export class Agent {
   static async start(options: AgentOptions): Promise<Agent> {
     const agent = new Agent(options);
     await mkdir(options.cacheDir, { recursive: true });
-    agent.directIo = options.directIo !== false && enableDirectIo(options.cacheDir);
-    agent.name = options.name ?? (await agent.loadName());
-    await agent.listen();
-    await agent.warmUp();
-    if (options.resume !== false) await agent.resumeAll();
+    agent.releaseCache = await lockCache(options.cacheDir);
+    try {
+      agent.directIo = options.directIo !== false && enableDirectIo(options.cacheDir);
+      agent.name = options.name ?? (await agent.loadName());
+      await agent.listen();
+      await agent.warmUp();
+      if (options.resume !== false) await agent.resumeAll();
+    } catch (error) {
+      await agent.close().catch(() => undefined);
+      await agent.unlockCache();
+      throw error;
+    }
     return agent;
   }
 
@@ -349,6 +359,14 @@ export class Agent {
       }),
     );
     await closed;
+    await this.unlockCache();
+  }
+
+  /** Lets another agent use the cache (once: the lock file may be another agent's afterwards). */
+  private async unlockCache(): Promise<void> {
+    const release = this.releaseCache;
+    this.releaseCache = undefined;
+    await release?.();
   }
 
   // ---- models ----------------------------------------------------------------------------------
@@ -892,6 +910,34 @@ function recentRange(entry: Joined, fileIndex: number, start: number, length: nu
 }
 
 /** `?waitCompleteMs=N` on a status request: how long it may wait for completion (0: answer now). */
+/**
+ * One agent per cache: two would append to the same journals and write the same partial files. The
+ * lock holds the agent's PID; one left by a killed agent is taken over.
+ */
+async function lockCache(cacheDir: string): Promise<() => Promise<void>> {
+  const path = join(cacheDir, CACHE_LOCK_FILE);
+  try {
+    return await takePidLock(path);
+  } catch (error) {
+    if (error instanceof PidLockHeld) {
+      throw new WeightcastError(
+        'AGENT_CACHE_IN_USE',
+        `another agent (PID ${error.owner}) uses the cache ${cacheDir}: stop it, or give this one another --cache`,
+        { file: path },
+      );
+    }
+    throw new WeightcastError(
+      'IO',
+      `cannot lock the cache ${cacheDir}: ${(error as Error).message}`,
+      { file: path },
+      { cause: error },
+    );
+  }
+}
+
+/** The lock file in an agent's cache directory. */
+export const CACHE_LOCK_FILE = 'agent.lock';
+
 function parseWaitMs(value: string | null): number {
   if (value === null) return 0;
   const ms = Number(value);
