@@ -149,16 +149,23 @@ export async function agentPull(
   const agentGone = (error: unknown, when: string): Error =>
     options.signal?.aborted === true
       ? interrupted()
-      : isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
+      : notAnAgent(error)
         ? new WeightcastError(
-            'AGENT_UNREACHABLE',
-            `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
+            'SWARM_PROTOCOL',
+            `${base} does not answer as a weightcast agent (${(error as Error).message}); --agent takes an agent's URL (its port is 7100 unless it was started with --port)`,
             { agent: base },
             { cause: error },
           )
-        : error instanceof Error
-          ? error
-          : new Error(String(error));
+        : isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
+          ? new WeightcastError(
+              'AGENT_UNREACHABLE',
+              `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
+              { agent: base },
+              { cause: error },
+            )
+          : error instanceof Error
+            ? error
+            : new Error(String(error));
   let joined: ModelStatus;
   try {
     joined = await whileAgentStarts(
@@ -291,6 +298,11 @@ function checkStatus(raw: unknown, base: string): ModelStatus {
     ...(filesDir === undefined ? {} : { filesDir }),
     ...(filesAt === undefined ? {} : { filesAt }),
   };
+}
+
+/** An HTTP answer that is not ours: the server at the agent's URL is something else. */
+function notAnAgent(error: unknown): boolean {
+  return isWeightcastError(error, 'SWARM_PROTOCOL') && error.details['foreign'] === true;
 }
 
 /** A source that names a directory of this machine rather than a URL. */

@@ -123,6 +123,21 @@ describe('a pull through an agent', { timeout: 60_000 }, () => {
     }
   });
 
+  it('whose --agent URL is some other server says so', async () => {
+    await assert.rejects(
+      agentPull(server.url, join(work.path, 'not-an-agent'), {
+        manifestBytes: encodeManifest(manifest),
+        manifestName: manifestPath,
+        agentUrl: server.url,
+      }),
+      (error: unknown) =>
+        isWeightcastError(error, 'SWARM_PROTOCOL') &&
+        /does not answer as a weightcast agent \(.*answered .*\); --agent takes an agent's URL/.test(
+          String(error),
+        ),
+    );
+  });
+
   it('where no agent answers fails with AGENT_UNREACHABLE once its start-up wait is over', async () => {
     // A port nothing listens on: taken, then freed.
     const probe = createServer();

@@ -159,7 +159,11 @@ export async function callJson(url: string, what: string, options: CallOptions):
     try {
       parsed = JSON.parse(text) as unknown;
     } catch {
-      throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered ${status} with non-JSON`);
+      throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered ${status} with non-JSON`, {
+        url,
+        status,
+        foreign: true,
+      });
     }
   }
   if (status >= 200 && status < 300) return parsed;
@@ -171,7 +175,12 @@ export async function callJson(url: string, what: string, options: CallOptions):
   if (typeof code === 'string' && typeof message === 'string' && isRemoteCode(code)) {
     throw remoteError({ code, message }, what, { url, status });
   }
-  throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${status}`, { url, status });
+  // `foreign`: not an answer of ours at all (no JSON, or JSON without our error shape).
+  throw new WeightcastError('SWARM_PROTOCOL', `${what} at ${url} answered HTTP ${status}`, {
+    url,
+    status,
+    foreign: true,
+  });
 }
 
 /** Sends one request (a JSON body when given) and resolves with the response once its head is in. */
