@@ -1,6 +1,7 @@
 /** Temporary directories and small deterministic model-like files for tests. */
 
 import { createHash } from 'node:crypto';
+import { createServer, type AddressInfo } from 'node:net';
 import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -82,4 +83,13 @@ export async function pullFixture(
   const manifest = await buildManifest(local, { pieceSize, threads });
   await local.close();
   return { root, dest: join(dir.path, 'dest'), manifest, cleanup: dir.cleanup };
+}
+
+/** A loopback port nothing listens on (taken, then freed): for "nobody answers" cases. */
+export async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
 }

@@ -7,7 +7,6 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -20,7 +19,7 @@ import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { agentPull } from '../../src/swarm/agent-pull.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { freePort, tempDir, writeSmallModel } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -139,11 +138,7 @@ describe('a pull through an agent', { timeout: 60_000 }, () => {
   });
 
   it('where no agent answers fails with AGENT_UNREACHABLE once its start-up wait is over', async () => {
-    // A port nothing listens on: taken, then freed.
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const port = (probe.address() as AddressInfo).port;
-    await new Promise((resolve) => probe.close(resolve));
+    const port = await freePort();
     await assert.rejects(
       agentPull(server.url, join(work.path, 'nowhere'), {
         manifestBytes: encodeManifest(manifest),

@@ -6,7 +6,6 @@
  */
 
 import assert from 'node:assert/strict';
-import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
@@ -21,7 +20,7 @@ import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
 import { FrameReader, encodeFrame, openChannel } from '../../src/swarm/wire/sync-channel.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { CLI, startProcess, stopProcess } from '../../scripts/cluster.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { freePort, tempDir, writeSmallModel } from '../helpers/fixtures.js';
 import { buildManifest } from '../../src/manifest/build.js';
 import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
 
@@ -33,6 +32,56 @@ async function until(check: () => boolean, ms: number): Promise<boolean> {
   return check();
 }
 
+/**
+ * A member that holds the whole model (a seed: nothing to fetch, only the scheduler to keep) with
+ * its events, and what to close after.
+ */
+async function seedMember(
+  label: string,
+  schedulerUrl: string,
+  schedulerSilenceMs?: number,
+): Promise<{ member: SwarmMember; events: MemberEvent[]; close: () => Promise<void> }> {
+  const dir = await tempDir(label);
+  const modelDir = join(dir.path, 'model');
+  await writeSmallModel(modelDir);
+  const origin = new LocalOrigin(modelDir);
+  const manifest = await buildManifest(origin, { pieceSize: 64 * 1024 });
+  const map = new PieceMap(manifest);
+  const store = await PieceStore.open(map, {
+    dataDir: join(dir.path, 'partial'),
+    stateDir: join(dir.path, 'state'),
+    finalDir: modelDir,
+  });
+  assert.equal(store.complete, true);
+  const events: MemberEvent[] = [];
+  const member = new SwarmMember({
+    model: manifestDigest(manifest).slice('sha256:'.length),
+    map,
+    manifestBytes: encodeManifest(manifest),
+    store,
+    origin,
+    schedulerUrl,
+    identity: {
+      name: 'a',
+      url: 'http://127.0.0.1:9/',
+      uploadBytesPerSecond: 1e8,
+      downloadBytesPerSecond: 1e8,
+    },
+    downloadThrottle: new Throttle(undefined),
+    ...(schedulerSilenceMs === undefined ? {} : { schedulerSilenceMs }),
+    onEvent: (event) => {
+      if (event.type !== 'piece') events.push(event);
+    },
+  });
+  const close = async (): Promise<void> => {
+    await member.close();
+    await store.close();
+    await origin.close();
+    await dir.cleanup();
+  };
+  return { member, events, close };
+}
+
 describe('a silent scheduler', { timeout: 60_000 }, () => {
   it('is lost after the silence limit, and joined again when it answers', async () => {
     const scheduler = await startProcess(
@@ -40,39 +89,7 @@ describe('a silent scheduler', { timeout: 60_000 }, () => {
       /listening on (http:\/\/\S+)/,
       'scheduler',
     );
-    const dir = await tempDir('silent-scheduler');
-    // A member that holds the whole model (a seed): nothing to fetch, only the channel to keep.
-    const modelDir = join(dir.path, 'model');
-    await writeSmallModel(modelDir);
-    const origin = new LocalOrigin(modelDir);
-    const manifest = await buildManifest(origin, { pieceSize: 64 * 1024 });
-    const map = new PieceMap(manifest);
-    const store = await PieceStore.open(map, {
-      dataDir: join(dir.path, 'partial'),
-      stateDir: join(dir.path, 'state'),
-      finalDir: modelDir,
-    });
-    assert.equal(store.complete, true);
-    const events: MemberEvent[] = [];
-    const member = new SwarmMember({
-      model: manifestDigest(manifest).slice('sha256:'.length),
-      map,
-      manifestBytes: encodeManifest(manifest),
-      store,
-      origin,
-      schedulerUrl: scheduler.url,
-      identity: {
-        name: 'a',
-        url: 'http://127.0.0.1:9/',
-        uploadBytesPerSecond: 1e8,
-        downloadBytesPerSecond: 1e8,
-      },
-      downloadThrottle: new Throttle(undefined),
-      schedulerSilenceMs: 1000,
-      onEvent: (event) => {
-        if (event.type !== 'piece') events.push(event);
-      },
-    });
+    const { member, events, close } = await seedMember('silent-scheduler', scheduler.url, 1000);
     try {
       member.start();
       const registrations = (): number => events.filter((event) => event.type === 'registered').length;
@@ -88,52 +105,18 @@ describe('a silent scheduler', { timeout: 60_000 }, () => {
       assert.ok(await until(() => registrations() >= 2, 15_000), 'the member did not register again');
     } finally {
       scheduler.child.kill('SIGCONT');
-      await member.close();
-      await store.close();
-      await origin.close();
+      await close();
       await stopProcess(scheduler);
-      await dir.cleanup();
     }
   });
 });
 
 describe('a scheduler that never answers', { timeout: 30_000 }, () => {
   it('is said once (a wrong --scheduler is not silent), not at every retry', async () => {
-    // A port nothing listens on: taken, then freed.
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const port = (probe.address() as AddressInfo).port;
-    await new Promise((resolve) => probe.close(resolve));
-    const dir = await tempDir('unreachable-scheduler');
-    const modelDir = join(dir.path, 'model');
-    await writeSmallModel(modelDir);
-    const origin = new LocalOrigin(modelDir);
-    const manifest = await buildManifest(origin, { pieceSize: 64 * 1024 });
-    const map = new PieceMap(manifest);
-    const store = await PieceStore.open(map, {
-      dataDir: join(dir.path, 'partial'),
-      stateDir: join(dir.path, 'state'),
-      finalDir: modelDir,
-    });
-    const events: MemberEvent[] = [];
-    const member = new SwarmMember({
-      model: manifestDigest(manifest).slice('sha256:'.length),
-      map,
-      manifestBytes: encodeManifest(manifest),
-      store,
-      origin,
-      schedulerUrl: `http://127.0.0.1:${port}`,
-      identity: {
-        name: 'a',
-        url: 'http://127.0.0.1:9/',
-        uploadBytesPerSecond: 1e8,
-        downloadBytesPerSecond: 1e8,
-      },
-      downloadThrottle: new Throttle(undefined),
-      onEvent: (event) => {
-        if (event.type !== 'piece') events.push(event);
-      },
-    });
+    const { member, events, close } = await seedMember(
+      'unreachable-scheduler',
+      `http://127.0.0.1:${await freePort()}`,
+    );
     try {
       member.start();
       const lost = (): MemberEvent[] => events.filter((event) => event.type === 'scheduler-lost');
@@ -143,10 +126,7 @@ describe('a scheduler that never answers', { timeout: 30_000 }, () => {
       await new Promise((resolve) => setTimeout(resolve, 3000));
       assert.equal(lost().length, 1, JSON.stringify(lost()));
     } finally {
-      await member.close();
-      await store.close();
-      await origin.close();
-      await dir.cleanup();
+      await close();
     }
   });
 });
