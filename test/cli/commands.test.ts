@@ -64,6 +64,15 @@ test('manifest -> pull --manifest -> verify, through the CLI, with JSON output',
     const failed = memoryIo();
     assert.equal(await runCli(['verify', dest, '--manifest', manifestPath], failed), 1);
     assert.match(failed.out.join(''), /size-mismatch +config\.json/);
+
+    // One flipped byte: one bad piece, named in the singular.
+    const shard = join(dest, 'model-00001-of-00002.safetensors');
+    const bytes = await readFile(shard);
+    bytes[100] = (bytes[100] ?? 0) ^ 0xff;
+    await writeFile(shard, bytes);
+    const flipped = memoryIo();
+    assert.equal(await runCli(['verify', dest, '--manifest', manifestPath], flipped), 1);
+    assert.match(flipped.out.join(''), /corrupt +model-00001-of-00002\.safetensors +1 bad piece: 0\n/);
   } finally {
     await server.close();
     await dir.cleanup();

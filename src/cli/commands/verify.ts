@@ -31,7 +31,7 @@ export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo):
       for (const file of report.files) {
         const detail =
           file.verdict === 'corrupt'
-            ? `${file.badPieces.length} bad pieces: ${file.badPieces.slice(0, 20).join(', ')}${file.badPieces.length > 20 ? ', …' : ''}`
+            ? `${file.badPieces.length} bad ${file.badPieces.length === 1 ? 'piece' : 'pieces'}: ${file.badPieces.slice(0, 20).join(', ')}${file.badPieces.length > 20 ? ', …' : ''}`
             : file.verdict === 'size-mismatch'
               ? `size ${file.actualSize ?? '?'} bytes, expected ${file.expectedSize}`
               : formatBytes(file.expectedSize);
