@@ -197,12 +197,16 @@ describe('an origin that keeps sending wrong bytes for a piece', { timeout: 60_0
   it('stops pull --scheduler with PIECE_HASH_MISMATCH after a bounded number of copies', async () => {
     fault = firstPieceCorrupt;
     const requestsBefore = server.stats.requests;
+    const corrupt: unknown[] = [];
     try {
       await assert.rejects(
         swarmPull(server.url, join(work.path, 'swarm-corrupt'), {
           manifest,
           schedulerUrl: scheduler.url,
           signal: AbortSignal.timeout(30_000),
+          onEvent: (event) => {
+            if (event.type === 'piece' && event.outcome === 'corrupt') corrupt.push(event.file);
+          },
         }),
         (error: unknown) =>
           isWeightcastError(error, 'PIECE_HASH_MISMATCH') && /wrong bytes 4 times/.test(String(error)),
@@ -211,6 +215,8 @@ describe('an origin that keeps sending wrong bytes for a piece', { timeout: 60_0
       const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
       const requests = server.stats.requests - requestsBefore;
       assert.ok(requests <= pieces + 8, `${requests} origin requests for ${pieces} pieces`);
+      // Each rejected copy names its file and its piece in that file, as the error does.
+      assert.deepEqual(corrupt, Array(4).fill({ path: SHARD, piece: 0 }));
     } finally {
       fault = undefined;
     }

@@ -167,7 +167,7 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'piece':
       if (event.outcome === 'corrupt')
         io.stdout(
-          `model ${model}: piece ${event.piece} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; refetching\n`,
+          `model ${model}: piece ${event.piece}${event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; refetching\n`,
         );
       break;
     case 'complete':

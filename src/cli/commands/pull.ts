@@ -194,7 +194,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
           if (event.type === 'origin-retry') originRetry(event);
           if (event.type === 'piece' && event.outcome === 'corrupt')
             progress.log(
-              `weightcast: piece ${event.piece} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; fetching it again`,
+              `weightcast: piece ${event.piece}${event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; fetching it again`,
             );
         },
         ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),

@@ -48,6 +48,8 @@ export type PieceEvent = {
    * its bytes; `ms` and `waitMs` are the run's.
    */
   run?: { first: number; pieces: number; bytes: number };
+  /** For a corrupt piece: its file and its index in that file, as errors and `verify` name it. */
+  file?: { path: string; piece: number };
 };
 
 /** A run of pieces on its way: what the fetcher and the member's pipelining notice share. */
@@ -236,6 +238,8 @@ export class PieceFetcher {
         ...(fetch.pieces > 1 ? { run: { first: piece, pieces: fetch.pieces, bytes: length } } : {}),
       };
       if (result === 'corrupt') {
+        const where = this.options.map.locate(p);
+        event.file = { path: where.file.path, piece: where.piece };
         corrupt = true;
         this.stats.corruptPieces++;
       } else if (result === 'duplicate') this.stats.duplicateBytes += pieceBytes.length;
