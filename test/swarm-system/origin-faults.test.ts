@@ -249,6 +249,31 @@ describe('an origin that keeps sending wrong bytes for a piece', { timeout: 60_0
   });
 });
 
+describe('an origin refusing a file (403)', { timeout: 60_000 }, () => {
+  it("fails a pull through an agent with ORIGIN_HTTP_STATUS (exit 1), with the agent's reason", async () => {
+    fault = (request) => (request.path === SHARD ? { kind: 'status', status: 403 } : undefined);
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'refused-cache'),
+    });
+    try {
+      const failed = await run(
+        process.execPath,
+        [CLI, 'pull', server.url, '--to', join(work.path, 'agent-refused'), '--manifest', manifestPath],
+        { env: { ...process.env, WEIGHTCAST_AGENT: agent.url }, timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', /ORIGIN_HTTP_STATUS: the agent at .*403/);
+    } finally {
+      fault = undefined;
+      await agent.close();
+    }
+  });
+});
+
 describe('an origin without a file the manifest names', { timeout: 60_000 }, () => {
   it('stops the swarm model with ORIGIN_NOT_FOUND, after a bounded number of requests', async () => {
     const missing = manifest.files.find((file) => file.path === SHARD);
