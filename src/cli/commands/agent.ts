@@ -11,6 +11,7 @@ import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
+import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { RetryEvent } from '../../origin/http.js';
 import { receiveLowWaterNote } from '../../util/receive-low-water.js';
@@ -97,11 +98,29 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
     });
     const note = receiveLowWaterNote();
     if (note !== undefined) io.stderr(`weightcast agent: ${note}\n`);
+    for (const root of flags.destinationRoot) {
+      const problem = await directoryProblem(root);
+      if (problem !== undefined)
+        io.stderr(
+          `weightcast agent: --destination-root ${root} ${problem}: pulls into it are copied out of the cache until it is a directory\n`,
+        );
+    }
     await serveUntilInterrupted(io, json, 'agent', { url: agent.url, name: agent.name });
     await agent.close();
     return 0;
   } catch (error) {
     return reportError(io, error, json);
+  }
+}
+
+/** Why `path` is not a directory this process can see, if it is not. */
+async function directoryProblem(path: string): Promise<string | undefined> {
+  try {
+    return (await stat(path)).isDirectory() ? undefined : 'is not a directory';
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ENOENT'
+      ? 'does not exist'
+      : `cannot be read (${(error as Error).message})`;
   }
 }
 
