@@ -81,6 +81,16 @@ export function originRetryLine(event: Omit<RetryEvent, 'error'>): string {
   );
 }
 
+/** A corrupt piece as the agent's and `pull --scheduler`'s lines name it: where it is and who sent it. */
+export function corruptPieceText(event: {
+  piece: number;
+  from: 'origin' | 'peer';
+  file?: { path: string; piece: number } | undefined;
+}): string {
+  const where = event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`;
+  return `piece ${event.piece}${where} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification`;
+}
+
 function seconds(ms: number): string {
   return `${Math.round(ms / 1000)} s`;
 }

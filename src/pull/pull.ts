@@ -37,13 +37,12 @@ import { merkleRoot } from '../manifest/merkle.js';
 import type { Origin } from '../origin/origin.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
-import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT } from './defaults.js';
+import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, PIECE_RETRIES_DEFAULT } from './defaults.js';
 import { PieceMap } from '../piece/piece-map.js';
 import { PieceStore } from '../piece/store.js';
 import { carryAlignment, enableDirectIo, pieceBuffer } from '../piece/direct-io.js';
 
-export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT };
-export const PIECE_RETRIES_DEFAULT = 3;
+export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, PIECE_RETRIES_DEFAULT };
 export const STATE_DIR_NAME = '.weightcast';
 
 /**

@@ -137,8 +137,6 @@ export async function agentPull(
       ...(options.token === undefined ? {} : { token: options.token }),
       ...(withDestination ? { to } : {}),
     });
-  // An agent that does not answer (not running, or gone mid-pull: a crash, a restart) is said as such;
-  // what it verified stays in its cache, so running the pull again resumes.
   // Interrupted while the agent fetches: the agent goes on (it keeps and seeds the model), so the
   // same command run again finds it further along or done.
   const interrupted = (): WeightcastError =>
@@ -146,26 +144,30 @@ export async function agentPull(
       'ABORTED',
       `interrupted; the agent at ${base} goes on fetching the model: run the same command again for the files`,
     );
-  const agentGone = (error: unknown, when: string): Error =>
-    options.signal?.aborted === true
-      ? interrupted()
-      : notAnAgent(error)
-        ? new WeightcastError(
-            'SWARM_PROTOCOL',
-            `${base} does not answer as a weightcast agent (${(error as Error).message}); --agent takes an agent's URL (its port is 7100 unless it was started with --port)`,
-            { agent: base },
-            { cause: error },
-          )
-        : isWeightcastError(error, 'SCHEDULER_UNREACHABLE')
-          ? new WeightcastError(
-              'AGENT_UNREACHABLE',
-              `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
-              { agent: base },
-              { cause: error },
-            )
-          : error instanceof Error
-            ? error
-            : new Error(String(error));
+  /** What a failed call to the agent tells the user: `when` is "did not answer" or "stopped answering". */
+  const agentGone = (error: unknown, when: string): Error => {
+    if (options.signal?.aborted === true) return interrupted();
+    // Something answered at the URL, but not as an agent does.
+    if (isWeightcastError(error, 'SWARM_PROTOCOL') && error.details['foreign'] === true) {
+      return new WeightcastError(
+        'SWARM_PROTOCOL',
+        `${base} does not answer as a weightcast agent (${error.message}); --agent takes an agent's URL (its port is 7100 unless it was started with --port)`,
+        { agent: base },
+        { cause: error },
+      );
+    }
+    // Not running, or gone mid-pull (a crash, a restart): what it verified stays in its cache, so
+    // running the pull again resumes.
+    if (isWeightcastError(error, 'SCHEDULER_UNREACHABLE')) {
+      return new WeightcastError(
+        'AGENT_UNREACHABLE',
+        `the agent at ${base} ${when} (${error.message}); run the pull again once it is back, or with --no-agent to pull from the origin`,
+        { agent: base },
+        { cause: error },
+      );
+    }
+    return error instanceof Error ? error : new Error(String(error));
+  };
   let joined: ModelStatus;
   try {
     joined = await whileAgentStarts(
@@ -298,11 +300,6 @@ function checkStatus(raw: unknown, base: string): ModelStatus {
     ...(filesDir === undefined ? {} : { filesDir }),
     ...(filesAt === undefined ? {} : { filesAt }),
   };
-}
-
-/** An HTTP answer that is not ours: the server at the agent's URL is something else. */
-function notAnAgent(error: unknown): boolean {
-  return isWeightcastError(error, 'SWARM_PROTOCOL') && error.details['foreign'] === true;
 }
 
 /** A source that names a directory of this machine rather than a URL. */

@@ -6,7 +6,7 @@ import { WeightcastError } from '../../errors.js';
 import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
-import { originRetryReporter } from '../progress.js';
+import { corruptPieceText, originRetryReporter } from '../progress.js';
 import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
@@ -184,10 +184,7 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
       );
       break;
     case 'piece':
-      if (event.outcome === 'corrupt')
-        io.stdout(
-          `model ${model}: piece ${event.piece}${event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; refetching\n`,
-        );
+      if (event.outcome === 'corrupt') io.stdout(`model ${model}: ${corruptPieceText(event)}; refetching\n`);
       break;
     case 'complete':
       originRetries.delete(event.model);

@@ -9,7 +9,7 @@ import { WeightcastError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
-import { createProgress, originRetryReporter } from '../progress.js';
+import { corruptPieceText, createProgress, originRetryReporter } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
@@ -193,9 +193,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
             );
           if (event.type === 'origin-retry') originRetry(event);
           if (event.type === 'piece' && event.outcome === 'corrupt')
-            progress.log(
-              `weightcast: piece ${event.piece}${event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification; fetching it again`,
-            );
+            progress.log(`weightcast: ${corruptPieceText(event)}; fetching it again`);
         },
         ...(flags.advertise === undefined ? {} : { advertiseUrl: flags.advertise }),
         ...(upload === undefined ? {} : { uploadBytesPerSecond: upload }),

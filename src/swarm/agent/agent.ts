@@ -909,7 +909,6 @@ function recentRange(entry: Joined, fileIndex: number, start: number, length: nu
   return entry.member.recentPieces.borrow(piece, start % pieceSize, length);
 }
 
-/** `?waitCompleteMs=N` on a status request: how long it may wait for completion (0: answer now). */
 /**
  * One agent per cache: two would append to the same journals and write the same partial files. The
  * lock holds the agent's PID; one left by a killed agent is taken over.
@@ -938,6 +937,7 @@ async function lockCache(cacheDir: string): Promise<() => Promise<void>> {
 /** The lock file in an agent's cache directory. */
 export const CACHE_LOCK_FILE = 'agent.lock';
 
+/** `?waitCompleteMs=N` on a status request: how long it may wait for completion (0: answer now). */
 function parseWaitMs(value: string | null): number {
   if (value === null) return 0;
   const ms = Number(value);

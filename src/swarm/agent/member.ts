@@ -15,6 +15,7 @@
 
 import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
+import { PIECE_RETRIES_DEFAULT } from '../../pull/defaults.js';
 import type { Origin } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../../piece/piece-map.js';
@@ -99,8 +100,6 @@ export const MANIFEST_INLINE_BYTES_MAX = 128 * 1024;
  * before this one ends (measured: 10-27 origin transfers at once where the scheduler allowed 8).
  */
 const ENDING_LEAD_MIN_MS = 30;
-/** Wrong copies of one piece from the origin that stop the model (a pull from the origin allows as many). */
-export const ORIGIN_CORRUPT_COPIES_MAX = 4;
 const ENDING_LEAD_MAX_MS = 250;
 const ENDING_LEAD_ROUND_TRIPS = 3;
 /** A transfer's progress is looked at again no sooner than this. */
@@ -109,6 +108,9 @@ const ENDING_RECHECK_MIN_MS = 5;
 const ENDING_SAMPLE_MIN_MS = 10;
 /** A transfer's progress is looked at again no sooner than this many more bytes. */
 const ENDING_WATCH_BYTES_MIN = 16 * 1024;
+
+/** Wrong copies of one piece from the origin that stop the model: as many as a pull from the origin allows. */
+export const ORIGIN_CORRUPT_COPIES_MAX = PIECE_RETRIES_DEFAULT + 1;
 
 interface AssignedFetch extends Fetch {
   /** Looks at the transfer's progress until it is nearly done; cleared when it ends. */
