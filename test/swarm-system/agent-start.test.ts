@@ -1,7 +1,8 @@
 /**
- * One agent per cache directory: a second agent started on a cache another live agent uses is
- * refused with AGENT_CACHE_IN_USE (two would append to the same journals); the lock of a killed
- * agent is taken over. Real agent processes.
+ * What `weightcast agent` checks at start, with real agent processes: one agent per cache directory
+ * (a second agent started on a cache another live agent uses is refused with AGENT_CACHE_IN_USE, as
+ * two would append to the same journals; the lock of a killed agent is taken over), and its
+ * destination roots.
  */
 
 import assert from 'node:assert/strict';
@@ -19,7 +20,7 @@ let work: { path: string; cleanup: () => Promise<void> };
 let scheduler: SchedulerServer;
 
 before(async () => {
-  work = await tempDir('agent-cache-lock');
+  work = await tempDir('agent-start');
   scheduler = await startScheduler();
 });
 
@@ -51,6 +52,47 @@ describe('an agent cache', { timeout: 60_000 }, () => {
     } finally {
       await stopProcess(first, 'SIGKILL');
       await stopProcess(third);
+    }
+  });
+});
+
+describe('weightcast agent --destination-root', { timeout: 30_000 }, () => {
+  it('says at start when a root does not exist or is not a directory, and starts anyway', async () => {
+    let agent: Proc | undefined;
+    try {
+      const missing = join(work.path, 'nope');
+      agent = await startProcess(
+        [
+          CLI,
+          'agent',
+          '--scheduler',
+          scheduler.url,
+          '--cache',
+          join(work.path, 'cache'),
+          '--port',
+          '0',
+          '--destination-root',
+          missing,
+          '--destination-root',
+          work.path,
+          '--destination-root',
+          CLI,
+        ],
+        /listening on (http:\/\/\S+)/,
+        'agent',
+      );
+      // stderr and stdout are separate pipes: the warnings may arrive just after the listening line.
+      const said = (text: string): boolean => agent?.lines.some((line) => line.includes(text)) === true;
+      for (let wait = 0; wait < 40 && !said('is not a directory'); wait++)
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      assert.ok(
+        said(`--destination-root ${missing} does not exist: pulls into it are copied out`),
+        agent.lines.join('\n'),
+      );
+      assert.ok(said(`--destination-root ${CLI} is not a directory`), agent.lines.join('\n'));
+      assert.ok(!said(`--destination-root ${work.path} `), 'an existing directory is not mentioned');
+    } finally {
+      await stopProcess(agent);
     }
   });
 });
