@@ -8,21 +8,15 @@
 import { mkdir, open, readFile, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
-/** Who holds the lock at `path` when it is taken: a live process other than this one. */
-export class PidLockHeld extends Error {
-  constructor(
-    readonly path: string,
-    readonly owner: number,
-  ) {
-    super(`${path} is held by PID ${owner}`);
-  }
-}
-
 /**
- * Takes the lock at `path` for this process and returns its release. Throws PidLockHeld while a live
- * process holds it, and the file system's error if the file cannot be made.
+ * Takes the lock at `path` for this process and returns its release. While a live process holds it,
+ * throws `held(owner)` (the caller's own error, naming the owner's PID); the file system's error if
+ * the file cannot be made.
  */
-export async function takePidLock(path: string): Promise<() => Promise<void>> {
+export async function takePidLock(
+  path: string,
+  held: (owner: number) => Error,
+): Promise<() => Promise<void>> {
   await mkdir(dirname(path), { recursive: true });
   // Two tries: the second after taking over a lock its dead owner left.
   for (let attempt = 0; ; attempt++) {
@@ -40,7 +34,7 @@ export async function takePidLock(path: string): Promise<() => Promise<void>> {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt >= 1) throw error;
       const owner = Number((await readFile(path, 'utf8').catch(() => '')).trim());
       if (Number.isSafeInteger(owner) && owner > 0 && owner !== process.pid && processAlive(owner)) {
-        throw new PidLockHeld(path, owner);
+        throw held(owner);
       }
       await unlink(path).catch(() => undefined);
     }

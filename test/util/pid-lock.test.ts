@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { PidLockHeld, takePidLock } from '../../src/util/pid-lock.js';
+import { takePidLock } from '../../src/util/pid-lock.js';
+
+const held = (owner: number): Error => Object.assign(new Error(`held by ${owner}`), { owner });
 import { tempDir } from '../helpers/fixtures.js';
 
 test('a PID lock: taken with our PID, refused while a live process holds it, released by its holder', async () => {
@@ -12,13 +14,13 @@ test('a PID lock: taken with our PID, refused while a live process holds it, rel
   // A live process other than this one: a child that sleeps until killed.
   const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60_000)'], { stdio: 'ignore' });
   try {
-    const release = await takePidLock(path);
+    const release = await takePidLock(path, held);
     assert.equal((await readFile(path, 'utf8')).trim(), String(process.pid));
     await release();
     await writeFile(path, `${child.pid}\n`);
     await assert.rejects(
-      takePidLock(path),
-      (error: unknown) => error instanceof PidLockHeld && error.owner === child.pid,
+      takePidLock(path, held),
+      (error: unknown) => (error as { owner?: number }).owner === child.pid,
     );
   } finally {
     child.kill('SIGKILL');
@@ -34,7 +36,7 @@ test('a PID lock left by a process that is gone is taken over', async () => {
     });
     const path = join(dir.path, 'x.lock');
     await writeFile(path, `${gone.stdout}\n`);
-    const release = await takePidLock(path);
+    const release = await takePidLock(path, held);
     assert.equal((await readFile(path, 'utf8')).trim(), String(process.pid));
     await release();
   } finally {

@@ -17,7 +17,7 @@ import { createHash } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WeightcastError } from '../../errors.js';
-import { PidLockHeld, takePidLock } from '../../util/pid-lock.js';
+import { takePidLock } from '../../util/pid-lock.js';
 import type { MoveKind } from '../plan/index.js';
 
 export interface IntentRecord {
@@ -154,19 +154,16 @@ function parseJournal(bytes: Buffer): { records: JournalRecord[]; validEnd: numb
 /** Takes `<dir>/<name>.lock` for this process; a lock left by a dead process is taken over. */
 export async function takeLock(dir: string, name: string): Promise<() => Promise<void>> {
   const path = join(dir, `${name}.lock`);
+  const locked = (reason: string): WeightcastError =>
+    new WeightcastError('SEED_APPLY_LOCKED', `${reason}; lock ${path}`, { file: path });
   try {
-    return await takePidLock(path);
+    return await takePidLock(path, (owner) =>
+      locked(`another distribute (PID ${owner}) is applying to this model`),
+    );
   } catch (error) {
-    if (error instanceof PidLockHeld) {
-      throw new WeightcastError(
-        'SEED_APPLY_LOCKED',
-        `another distribute (PID ${error.owner}) is applying to this model; lock ${path}`,
-        { file: path },
-      );
-    }
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST') {
-      throw new WeightcastError('SEED_APPLY_LOCKED', `could not take the lock ${path}`, { file: path });
-    }
+    // Taken by another process between our two tries.
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST')
+      throw locked('another process took the lock at the same moment');
     throw error;
   }
 }

@@ -35,7 +35,7 @@ import {
   type ServiceAccess,
 } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
-import { PidLockHeld, takePidLock } from '../../util/pid-lock.js';
+import { takePidLock } from '../../util/pid-lock.js';
 import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
@@ -915,16 +915,16 @@ function recentRange(entry: Joined, fileIndex: number, start: number, length: nu
  */
 async function lockCache(cacheDir: string): Promise<() => Promise<void>> {
   const path = join(cacheDir, CACHE_LOCK_FILE);
+  const inUse = (owner: number): WeightcastError =>
+    new WeightcastError(
+      'AGENT_CACHE_IN_USE',
+      `another agent (PID ${owner}) uses the cache ${cacheDir}: stop it, or give this one another --cache`,
+      { file: path },
+    );
   try {
-    return await takePidLock(path);
+    return await takePidLock(path, inUse);
   } catch (error) {
-    if (error instanceof PidLockHeld) {
-      throw new WeightcastError(
-        'AGENT_CACHE_IN_USE',
-        `another agent (PID ${error.owner}) uses the cache ${cacheDir}: stop it, or give this one another --cache`,
-        { file: path },
-      );
-    }
+    if (isWeightcastError(error)) throw error;
     throw new WeightcastError(
       'IO',
       `cannot lock the cache ${cacheDir}: ${(error as Error).message}`,
