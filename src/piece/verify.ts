@@ -7,6 +7,12 @@
 
 import { createHash } from 'node:crypto';
 
+/**
+ * Fetches of a piece whose bytes failed verification before the origin is given up on (so it sent
+ * wrong bytes up to this + 1 times): a pull's default, and what a swarm member allows the origin too.
+ */
+export const PIECE_RETRIES_DEFAULT = 3;
+
 /** What the manifest says of one piece. */
 export interface ExpectedPiece {
   length: number;

@@ -15,7 +15,7 @@
 
 import type { ServiceAccess } from '../../auth/transport.js';
 import { WeightcastError } from '../../errors.js';
-import { PIECE_RETRIES_DEFAULT } from '../../pull/defaults.js';
+import { PIECE_RETRIES_DEFAULT } from '../../piece/verify.js';
 import type { Origin } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
 import type { PieceMap } from '../../piece/piece-map.js';
