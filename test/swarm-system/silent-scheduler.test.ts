@@ -2,7 +2,8 @@
  * Liveness both ways on the sync channel (issue 16, finding 4): a scheduler that stops answering
  * (SIGSTOP: its sockets stay open) is noticed by the agent within its silence limit, which then
  * carries on alone and registers again once the scheduler answers; the scheduler answers an idle
- * agent's heartbeats, and drops a host that went silent even though its channel is open.
+ * agent's heartbeats, and drops a host that went silent even though its channel is open. An agent
+ * whose scheduler refuses it at once still says it joined the model before it says so.
  */
 
 import assert from 'node:assert/strict';
@@ -12,6 +13,7 @@ import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { PieceStore } from '../../src/piece/store.js';
+import { Agent } from '../../src/swarm/agent/agent.js';
 import { SwarmMember, type MemberEvent } from '../../src/swarm/agent/member.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
@@ -127,6 +129,34 @@ describe('a scheduler that never answers', { timeout: 30_000 }, () => {
       assert.equal(lost().length, 1, JSON.stringify(lost()));
     } finally {
       await close();
+    }
+  });
+});
+
+describe('an agent whose scheduler never answers', { timeout: 30_000 }, () => {
+  it('says it joined a model before it says there is no scheduler', async () => {
+    const dir = await tempDir('agent-no-scheduler');
+    const modelDir = join(dir.path, 'model');
+    await writeSmallModel(modelDir);
+    const local = new LocalOrigin(modelDir);
+    const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+    const said: string[] = [];
+    const agent = await Agent.start({
+      schedulerUrl: `http://127.0.0.1:${await freePort()}`,
+      cacheDir: join(dir.path, 'cache'),
+      onEvent: (event) => {
+        if (event.type !== 'piece') said.push(event.type);
+      },
+    });
+    try {
+      // A fresh cache: the member registers (and is refused at once) while its store still opens.
+      await agent.join({ source: modelDir, manifest });
+      assert.ok(await until(() => said.includes('scheduler-lost'), 5000), said.join(', '));
+      assert.ok(said.indexOf('joined') >= 0, said.join(', '));
+      assert.ok(said.indexOf('joined') < said.indexOf('scheduler-lost'), said.join(', '));
+    } finally {
+      await agent.close();
+      await dir.cleanup();
     }
   });
 });

@@ -450,6 +450,9 @@ export class Agent {
       (await PieceStore.opensEmpty(storeOptions.stateDir)) &&
       (to === undefined || !(await PieceStore.hasFinalFiles(map, to)));
     const opening = PieceStore.open(map, storeOptions);
+    // A member started early (below) may have things to say before the join is done (the scheduler
+    // refused it at once): they are said after 'joined', and not at all if the join fails.
+    let pending: MemberEvent[] | undefined = [];
     const memberFor = (store: MemberStore): SwarmMember =>
       new SwarmMember({
         model: hex,
@@ -471,7 +474,10 @@ export class Agent {
         ...(this.options.peerWire === undefined ? {} : { peerWire: this.options.peerWire }),
         ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
         recentBudget: this.recentBudget,
-        onEvent: (event) => this.options.onEvent?.({ model: hex, ...event }),
+        onEvent: (event) => {
+          if (pending === undefined) this.options.onEvent?.({ model: hex, ...event });
+          else pending.push(event);
+        },
       });
     const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;
     early?.start();
@@ -514,6 +520,9 @@ export class Agent {
     this.joined.set(hex, entry);
     if (early === undefined) member.start();
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
+    const said = pending;
+    pending = undefined;
+    for (const event of said) this.options.onEvent?.({ model: hex, ...event });
     return entry;
   }
 
