@@ -1,12 +1,12 @@
 /**
- * A disk that cannot take a model's pieces stops that model with a typed error, reported to the
+ * A disk that cannot take a model's pieces stops that model (or a pull from the origin) with a typed error, reported to the
  * user, instead of fetching the same pieces again and again. The disk is a small tmpfs mounted for
  * the test (root only; skipped with a message otherwise), so the write fails with a real ENOSPC.
  */
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -57,6 +57,34 @@ after(async () => {
   await scheduler.close();
   if (mounted) await run('umount', [small]);
   await work.cleanup();
+});
+
+describe('a full disk under a pull from the origin', { skip, timeout: 60_000 }, () => {
+  it('fails with IO (ENOSPC), exit 1, after a bounded number of requests, no file half there', async () => {
+    const dest = join(small, 'plain');
+    const requestsBefore = origin.stats.requests;
+    const failed = await run(
+      process.execPath,
+      [CLI, 'pull', origin.url, '--to', dest, '--manifest', manifestPath, '--no-agent'],
+      { timeout: 30_000 },
+    ).then(
+      () => assert.fail('the pull should fail'),
+      (error: { code?: number; stderr?: string }) => error,
+    );
+    assert.equal(failed.code, 1, failed.stderr);
+    assert.match(failed.stderr ?? '', /IO: .*(ENOSPC|no space)/i);
+    const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+    const requests = origin.stats.requests - requestsBefore;
+    assert.ok(requests <= 2 * pieces, `${requests} origin requests for ${pieces} pieces`);
+    // A file under its final name is the whole file: the ones that fit, if any, and no other.
+    for (const file of manifest.files) {
+      const there = await readFile(join(dest, file.path)).catch(() => undefined);
+      if (there !== undefined)
+        assert.deepEqual(there, await readFile(join(work.path, 'origin', file.path)), file.path);
+    }
+    // The partial files stay for a resume; the next tests need the room.
+    await rm(dest, { recursive: true, force: true });
+  });
 });
 
 describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
