@@ -1,7 +1,8 @@
 /**
- * A disk that cannot take a model's pieces stops that model (or a pull from the origin) with a typed error, reported to the
- * user, instead of fetching the same pieces again and again. The disk is a small tmpfs mounted for
- * the test (root only; skipped with a message otherwise), so the write fails with a real ENOSPC.
+ * A disk that cannot take a model's pieces stops that model (or a pull from the origin) with a
+ * typed error, reported to the user, instead of fetching the same pieces again and again. The disk
+ * is a small tmpfs mounted for the test (root only; skipped with a message otherwise), so the write
+ * fails with a real ENOSPC.
  */
 
 import assert from 'node:assert/strict';
