@@ -73,13 +73,12 @@ interface Listening {
 
 /** An HTTP server whose upgrades go to a PeerWireServer, as on an agent. */
 async function wireAgent(
-  options: { uploads?: number; held?: (piece: number) => boolean; corrupt?: boolean; spans?: boolean } = {},
+  options: { uploads?: number; held?: (piece: number) => boolean; spans?: boolean } = {},
 ): Promise<Listening & { wire: PeerWireServer }> {
   const wire = new PeerWireServer({
     model: (hex) => (hex === MODEL ? servedModel(options.held, options.spans) : undefined),
     uploads: new UploadSlots(options.uploads ?? 4),
     throttle: new Throttle(undefined),
-    ...(options.corrupt === true ? { corruptUploads: true } : {}),
   });
   const server = createHttpServer((_req, res) => res.writeHead(404).end());
   server.on('upgrade', (req, socket: Socket, head: Buffer) => {
@@ -314,6 +313,33 @@ describe('peer wire over real sockets', () => {
       await assert.rejects(first, { code: 'ORIGIN_IO' });
       await second;
       assert.ok(secondTarget.equals(Buffer.alloc(1000, 7)));
+    } finally {
+      await wire.close();
+      await peer.close();
+    }
+  });
+
+  it('fails the reads under way at once when the peer hangs up inside a frame head', async () => {
+    const peer = await fakePeer((fake) => {
+      void fake.requested(2).then(() => {
+        const first = fake.requests[0] as PieceRequest;
+        const head = encodeResponseHead(first.requestId, WireStatus.ok, first.length);
+        fake.socket.end(head.subarray(0, head.length >> 1));
+      });
+    });
+    const wire = client(peer.url, 10_000);
+    try {
+      const started = performance.now();
+      const reads = [wire.read(0, 0, Buffer.alloc(1000)), wire.read(1, 0, Buffer.alloc(1000))];
+      const outcomes = await Promise.allSettled(reads);
+      // Not the idle timeout (10 s): each hang-up ends the connection at once; the unanswered
+      // requests go again on a fresh one once (RESENDS_MAX), then fail as a typed error.
+      assert.ok(performance.now() - started < 5000, `took ${performance.now() - started} ms`);
+      for (const outcome of outcomes) {
+        assert.equal(outcome.status, 'rejected');
+        assert.equal((outcome.reason as { code?: string }).code, 'ORIGIN_IO');
+      }
+      assert.equal(peer.connections(), 2);
     } finally {
       await wire.close();
       await peer.close();
