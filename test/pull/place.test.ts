@@ -67,13 +67,15 @@ describe('placeFiles', () => {
   it(
     'copies instead of linking onto another file system',
     { skip: existsSync('/dev/shm') ? false : 'no /dev/shm here' },
-    async () => {
+    async (t) => {
       const to = await mkdtemp('/dev/shm/weightcast-place-');
       try {
-        const sameDevice = (await stat(to)).dev === (await stat(source)).dev;
+        if ((await stat(to)).dev === (await stat(source)).dev) {
+          t.skip('/dev/shm and the temporary directory are one file system here');
+          return;
+        }
         const result = await placeFiles(source, join(to, 'model'), manifest, { mode: 'link' });
-        if (sameDevice) assert.equal(result.methods.link, manifest.files.length);
-        else assert.equal(result.methods.copy + result.methods.reflink, manifest.files.length);
+        assert.equal(result.methods.copy + result.methods.reflink, manifest.files.length);
         assert.ok(await sameFiles(source, join(to, 'model'), paths));
       } finally {
         await rm(to, { recursive: true, force: true });

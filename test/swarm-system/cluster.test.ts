@@ -153,6 +153,11 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
             bad !== undefined && (bad.demoted || bad.banned),
             `agent 0 not penalised: ${JSON.stringify(bad)}`,
           );
+          // Blame needs evidence: the hosts that served good bytes are banned by nobody.
+          for (const i of [1, 2, 3]) {
+            const honest = view.hosts.find((h) => h.url === cluster.agentUrl(i));
+            assert.equal(honest?.banned, false, `honest agent ${i} banned: ${JSON.stringify(honest)}`);
+          }
         },
       );
     });
