@@ -8,7 +8,8 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdir, readdir, readFile, stat, symlink } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -181,6 +182,33 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
       assert.equal((await stat(join(linked, shard))).ino, (await stat(join(cached, shard))).ino);
       assert.notEqual((await stat(join(copied, shard))).ino, (await stat(join(cached, shard))).ino);
     });
+  });
+
+  it("places a model from the agent's cache onto another file system by copying, even with --link", async (t) => {
+    const other = existsSync('/dev/shm') ? await mkdtemp('/dev/shm/weightcast-user-flow-') : undefined;
+    try {
+      if (other === undefined || (await stat(other)).dev === (await stat(work.path)).dev) {
+        t.skip('no /dev/shm on another file system than the temporary directory here');
+        return;
+      }
+      await withAgent('cached-elsewhere', async (agent) => {
+        await agent.join({ source: origin.url, manifest });
+        await agent.whenComplete(hex);
+        const dest = join(other, 'model');
+        const { last } = await pullCli([origin.url, '--to', dest, '--manifest', manifestPath, '--link'], {
+          WEIGHTCAST_AGENT: agent.url,
+        });
+        assert.ok(last['placed'] === 'copy' || last['placed'] === 'reflink', String(last['placed']));
+        assert.ok(await sameFiles(modelDir, dest, paths));
+        // The model's files, and none of the placement's scaffolding.
+        assert.deepEqual(
+          (await readdir(dest)).sort(),
+          [...new Set(paths.map((path) => path.split('/')[0]!))].sort(),
+        );
+      });
+    } finally {
+      if (other !== undefined) await rm(other, { recursive: true, force: true });
+    }
   });
 
   it('waits for an agent that is still starting', async () => {
