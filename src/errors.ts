@@ -137,20 +137,35 @@ export const ERROR_CATALOGUE = {
     resumable: true,
     summary: 'retries (5xx, 429, timeouts, resets) ran out; the last cause is attached',
   },
-  ORIGIN_TIMEOUT: { status: 500, exit: 1, resumable: true, summary: 'connect, headers or body idle timeout' },
-  ORIGIN_SHORT_READ: { status: 500, exit: 1, resumable: true, summary: 'fewer bytes than asked' },
+  // Remote too: any origin error a read ends with (not retried, or past the budget) stops an
+  // agent's model (origin.ts, isFinalOriginError), and the pull through it reports it.
+  ORIGIN_TIMEOUT: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    resumable: true,
+    summary: 'connect, headers or body idle timeout',
+  },
+  ORIGIN_SHORT_READ: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    resumable: true,
+    summary: 'fewer bytes than asked (a file shorter than the manifest says)',
+  },
   ORIGIN_RANGE_UNSUPPORTED: {
     status: 500,
     exit: 1,
+    remote: true,
     summary: 'the server ignored or mangled the `Range` request',
   },
-  ORIGIN_TOO_MANY_REDIRECTS: { status: 500, exit: 1, summary: 'more than 5 redirects' },
+  ORIGIN_TOO_MANY_REDIRECTS: { status: 500, exit: 1, remote: true, summary: 'more than 5 redirects' },
   ORIGIN_NO_LISTING: {
     status: 500,
     exit: 1,
     summary: 'an HTTP origin with neither index nor `model.safetensors`: pass `--manifest`',
   },
-  ORIGIN_IO: { status: 500, exit: 1, summary: 'a local origin could not be read' },
+  ORIGIN_IO: { status: 500, exit: 1, remote: true, summary: 'a local origin could not be read' },
   // integrity and transfer (src/pull, src/verify)
   PIECE_HASH_MISMATCH: {
     status: 500,

@@ -708,6 +708,15 @@ function rangeResponseProblem(
   if (response.status === 206) {
     const range = parseContentRange(response.headers['content-range']);
     if (range?.start === start && range.end === end && (contentLength ?? length) === length) return undefined;
+    // The file ends inside the range: it is shorter than the caller (the manifest) says.
+    const endsEarly = range?.end !== undefined && range.end < end && range.size === range.end + 1;
+    if (range?.start === start && endsEarly) {
+      return new WeightcastError(
+        'ORIGIN_SHORT_READ',
+        `${path}: the file ends at byte ${String(range.size)}, before the end of bytes ${start}-${end} (is it shorter than the manifest says?)`,
+        { file: path, offset: start, length },
+      );
+    }
     return new WeightcastError(
       'ORIGIN_RANGE_UNSUPPORTED',
       `${path}: asked for bytes ${start}-${end}, got Content-Range ${String(response.headers['content-range'])}`,

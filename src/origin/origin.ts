@@ -5,6 +5,8 @@
  * (ORIGIN_SHORT_READ, ORIGIN_NOT_FOUND, ...); retries happen inside the implementation.
  */
 
+import { isWeightcastError } from '../errors.js';
+
 export interface OriginEntry {
   /** Relative POSIX path inside the model, e.g. `model-00001-of-00004.safetensors`. */
   path: string;
@@ -72,11 +74,13 @@ export interface OriginStats {
 }
 
 /**
- * Origin failures that reading again cannot fix: the file is not there (404), access is refused,
- * or an outage outlasted the retry budget. A swarm member stops its model on these rather than
- * have the scheduler assign the same read again and again.
+ * Origin failures that reading again cannot fix. An origin retries its transient failures itself
+ * (HTTP: 5xx, resets, timeouts, short bodies, within its retry budget, then ORIGIN_RETRIES_EXHAUSTED),
+ * so an error that leaves a read is final unless it is an abort or still marked `retryable`: the
+ * file is not there (404), access is refused, the file is shorter than the manifest says, the
+ * server ignores ranges, the outage outlasted the budget. A swarm member stops its model on these
+ * rather than have the scheduler assign the same read again and again.
  */
 export function isFinalOriginError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return code === 'ORIGIN_NOT_FOUND' || code === 'ORIGIN_HTTP_STATUS' || code === 'ORIGIN_RETRIES_EXHAUSTED';
+  return isWeightcastError(error) && error.code !== 'ABORTED' && error.details.retryable !== true;
 }

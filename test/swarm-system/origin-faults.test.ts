@@ -8,17 +8,25 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { CLI } from '../../scripts/cluster.js';
 import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer, type FaultHook } from '../../src/origin/file-server.js';
 import { HttpOrigin, type RetryEvent } from '../../src/origin/http.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import type { Origin } from '../../src/origin/origin.js';
+import { PieceMap } from '../../src/piece/piece-map.js';
+import { PieceStore } from '../../src/piece/store.js';
+import { SwarmMember } from '../../src/swarm/agent/member.js';
+import { Throttle } from '../../src/util/throttle.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
@@ -304,6 +312,139 @@ describe('an origin without a file the manifest names', { timeout: 60_000 }, () 
       );
     } finally {
       await partial.close();
+    }
+  });
+});
+
+describe('an origin whose files do not match the manifest in size or ranges', { timeout: 60_000 }, () => {
+  /** A pull through a fresh in-process agent from `url`; its exit code, stderr and the requests. */
+  async function pullThroughAgent(url: string, label: string): Promise<{ code?: number; stderr?: string }> {
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, `${label}-cache`),
+    });
+    try {
+      return await run(
+        process.execPath,
+        [CLI, 'pull', url, '--to', join(work.path, label), '--manifest', manifestPath],
+        { env: { ...process.env, WEIGHTCAST_AGENT: agent.url }, timeout: 30_000 },
+      ).then(
+        () => assert.fail('the pull should fail'),
+        (error: { code?: number; stderr?: string }) => error,
+      );
+    } finally {
+      await agent.close();
+    }
+  }
+
+  it('a file shorter than the manifest says fails a pull through an agent with ORIGIN_SHORT_READ (exit 1)', async () => {
+    const served = join(work.path, 'served-truncated');
+    const { cp, truncate } = await import('node:fs/promises');
+    await cp(modelDir, served, { recursive: true });
+    const shard = manifest.files.find((file) => file.path === SHARD);
+    assert.ok(shard !== undefined);
+    await truncate(join(served, SHARD), Math.floor(shard.size / 2));
+    const short = await startFileServer({ root: served });
+    try {
+      const failed = await pullThroughAgent(short.url, 'agent-truncated');
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(
+        failed.stderr ?? '',
+        /ORIGIN_SHORT_READ: the agent at .*model-00001-of-00002\.safetensors/,
+      );
+      // Before, the agent read the missing pieces again and again (tens of requests a second, forever).
+      const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+      assert.ok(short.stats.requests <= 2 * pieces, `${short.stats.requests} requests for ${pieces} pieces`);
+    } finally {
+      await short.close();
+    }
+  });
+
+  it('a server that ignores Range fails a pull through an agent with ORIGIN_RANGE_UNSUPPORTED (exit 1)', async () => {
+    let requests = 0;
+    // Every GET gets the whole file with 200, whatever range it asked for.
+    const server = createServer((request, response) => {
+      requests++;
+      const path = join(modelDir, decodeURIComponent(new URL(request.url ?? '/', 'http://x').pathname));
+      void readFile(path).then(
+        (bytes) => {
+          response.writeHead(200, { 'content-length': bytes.length });
+          response.end(request.method === 'HEAD' ? undefined : bytes);
+        },
+        () => response.writeHead(404).end(),
+      );
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const failed = await pullThroughAgent(`http://127.0.0.1:${port}/`, 'agent-no-ranges');
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', /ORIGIN_RANGE_UNSUPPORTED: the agent at .*ignored the Range header/);
+      const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+      assert.ok(requests <= 2 * pieces, `${requests} requests for ${pieces} pieces`);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
+
+describe('an origin read that fails with an error of no known kind', { timeout: 60_000 }, () => {
+  it('stops the model with ORIGIN_RETRIES_EXHAUSTED once the same piece failed 4 times', async () => {
+    const dir = await tempDir('origin-unknown-error');
+    const local = new LocalOrigin(modelDir);
+    let reads = 0;
+    // The fault injected: every read of the shard's first piece throws a plain Error.
+    const origin: Origin = {
+      location: local.location,
+      list: (options) => local.list(options),
+      stat: (path, options) => local.stat(path, options),
+      readInto: (path, offset, target, options) => {
+        if (path !== SHARD || offset !== 0) return local.readInto(path, offset, target, options);
+        reads++;
+        return Promise.reject(new Error('something odd'));
+      },
+      close: () => local.close(),
+    };
+    const map = new PieceMap(manifest);
+    const store = await PieceStore.open(map, {
+      dataDir: join(dir.path, 'partial'),
+      stateDir: join(dir.path, 'state'),
+    });
+    const member = new SwarmMember({
+      model: manifestDigest(manifest).slice('sha256:'.length),
+      map,
+      manifestBytes: encodeManifest(manifest),
+      store,
+      origin,
+      schedulerUrl: scheduler.url,
+      identity: {
+        name: 'odd',
+        url: 'http://127.0.0.1:9/',
+        uploadBytesPerSecond: 1e8,
+        downloadBytesPerSecond: 1e8,
+      },
+      downloadThrottle: new Throttle(undefined),
+    });
+    try {
+      member.start();
+      await assert.rejects(
+        Promise.race([
+          member.complete,
+          sleep(30_000, undefined, { ref: false }).then(() => assert.fail('the member never stopped')),
+        ]),
+        (error: unknown) => {
+          assert.ok(isWeightcastError(error, 'ORIGIN_RETRIES_EXHAUSTED'), String(error));
+          assert.match(error.message, /piece 0: the origin failed it 4 times; last: something odd/);
+          return true;
+        },
+      );
+      assert.equal(reads, 4);
+    } finally {
+      await member.close();
+      await store.close();
+      await origin.close();
+      await dir.cleanup();
     }
   });
 });

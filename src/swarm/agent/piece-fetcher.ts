@@ -15,6 +15,7 @@ import type { Throttle } from '../../util/throttle.js';
 import type { Report } from '../wire/protocol.js';
 import type { MemberStore } from './member-store.js';
 import { pieceBuffer } from '../../piece/direct-io.js';
+import { PIECE_RETRIES_DEFAULT } from '../../piece/verify.js';
 import { PeerReader } from './peer-reader.js';
 import { RecentBudget, RecentPieces, recentBytesFor } from './recent-pieces.js';
 
@@ -102,6 +103,9 @@ export interface FetchResult {
   bytesPerSecond?: number;
 }
 
+/** Failed origin reads of one piece (each retried by the origin itself) after which the model stops. */
+export const ORIGIN_FAILURES_PER_PIECE_MAX = PIECE_RETRIES_DEFAULT + 1;
+
 /** Chunk of a capped read: small enough to keep the cap smooth, large enough to be cheap. */
 const READ_CHUNK_CAPPED_BYTES = 512 * 1024;
 
@@ -114,6 +118,8 @@ export class PieceFetcher {
     failedTransfers: 0,
     fallbackPieces: 0,
   };
+  /** Failed origin reads per piece (see originFailed). */
+  private readonly originFailures = new Map<number, number>();
   /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
   private readonly buffers: Buffer[] = [];
   /** One reader per peer (a persistent connection), reading pieces straight into the buffers. */
@@ -193,9 +199,7 @@ export class PieceFetcher {
       await this.readChunked(client, fetch, bytes, signal);
     } catch (error) {
       if (signal.aborted) return { outcome: 'cancelled' };
-      // An origin that lacks the file or stayed down past its retry budget: stop, do not loop.
-      if (from === 'origin' && isFinalOriginError(error))
-        this.options.onStoreFailure(error as WeightcastError);
+      if (from === 'origin') this.originFailed(piece, error);
       this.stats.failedTransfers++;
       this.options.onEvent?.({
         type: 'piece',
@@ -259,6 +263,30 @@ export class PieceFetcher {
    * the sender's pace (two caps in series), where a link allows the smaller of the two. Measured on
    * the 8-agent loopback demo: that halved the swarm's throughput.
    */
+  /**
+   * An origin read failed. One that reading again cannot fix (a missing or short file, a refusal,
+   * an outage past the retry budget) stops the model at once; any other stops it once the origin
+   * has failed the same piece ORIGIN_FAILURES_PER_PIECE_MAX times, so that no fault has the
+   * scheduler assign the same read forever (the origin retried each of those reads itself).
+   */
+  private originFailed(piece: number, error: unknown): void {
+    const failures = (this.originFailures.get(piece) ?? 0) + 1;
+    this.originFailures.set(piece, failures);
+    if (isFinalOriginError(error)) {
+      this.options.onStoreFailure(error as WeightcastError);
+    } else if (failures >= ORIGIN_FAILURES_PER_PIECE_MAX) {
+      const where = this.options.map.locate(piece);
+      this.options.onStoreFailure(
+        new WeightcastError(
+          'ORIGIN_RETRIES_EXHAUSTED',
+          `${where.file.path} piece ${where.piece}: the origin failed it ${failures} times; last: ${(error as Error).message}`,
+          { file: where.file.path, piece: where.piece, attempts: failures },
+          { cause: error },
+        ),
+      );
+    }
+  }
+
   private async readChunked(
     source: Pick<Origin, 'readInto'>,
     fetch: Fetch,
