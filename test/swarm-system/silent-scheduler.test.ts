@@ -22,7 +22,9 @@ import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
 import { FrameReader, encodeFrame, openChannel } from '../../src/swarm/wire/sync-channel.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { CLI, startProcess, stopProcess } from '../../scripts/cluster.js';
-import { freePort, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { freePort, sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { startFileServer } from '../../src/origin/file-server.js';
+import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { buildManifest } from '../../src/manifest/build.js';
 import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
 
@@ -129,6 +131,43 @@ describe('a scheduler that never answers', { timeout: 30_000 }, () => {
       assert.equal(lost().length, 1, JSON.stringify(lost()));
     } finally {
       await close();
+    }
+  });
+});
+
+describe('a --scheduler URL that some other server answers', { timeout: 30_000 }, () => {
+  it('is said once as not a scheduler, and the pull carries on from the origin to the end', async () => {
+    const dir = await tempDir('foreign-scheduler');
+    const modelDir = join(dir.path, 'model');
+    await writeSmallModel(modelDir);
+    const local = new LocalOrigin(modelDir);
+    const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+    // A file server: it answers the scheduler's routes with 404 or 405, as a mistyped port might.
+    const other = await startFileServer({ root: modelDir });
+    const lost: string[] = [];
+    try {
+      const result = await swarmPull(other.url, join(dir.path, 'pulled'), {
+        manifest,
+        schedulerUrl: other.url,
+        signal: AbortSignal.timeout(20_000),
+        onEvent: (event) => {
+          if (event.type === 'scheduler-lost') lost.push(event.reason);
+        },
+      });
+      assert.ok(
+        await sameFiles(
+          modelDir,
+          join(dir.path, 'pulled'),
+          manifest.files.map((file) => file.path),
+        ),
+      );
+      assert.equal(result.originBytes, result.bytesTotal);
+      // Before, it re-registered forever without fetching, saying so at every retry.
+      assert.equal(lost.length, 1, lost.join('\n'));
+      assert.match(lost[0] as string, /answered HTTP 40[45] \(not a weightcast scheduler: check --scheduler\)/);
+    } finally {
+      await other.close();
+      await dir.cleanup();
     }
   });
 });

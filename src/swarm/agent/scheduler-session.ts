@@ -81,6 +81,8 @@ export class SchedulerSession {
   host: number | undefined;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
   schedulerDown = false;
+  /** The kind of the last failure said (see lose): the same one again is not said again. */
+  private lastLoss: string | undefined;
   /** Peers the scheduler last named, for fetching on its own: base URLs. */
   knownPeers: string[] = [];
   /** Running estimate of a short sync's round trip. */
@@ -286,6 +288,7 @@ export class SchedulerSession {
     this.reports.length = 0;
     this.host = registered.host;
     this.schedulerDown = false;
+    this.lastLoss = undefined;
     this.options.onRegistered(registered.host);
     // The first transfers start now; their reports wait for the channel, which opens next.
     if (registered.assignments !== undefined && registered.assignments.length > 0) {
@@ -294,14 +297,21 @@ export class SchedulerSession {
   }
 
   private lose(error: unknown): void {
-    const reason = error instanceof Error ? error.message : String(error);
-    const unreachable = isWeightcastError(error, 'SCHEDULER_UNREACHABLE');
-    // A registered host losing the scheduler is news, and so is a scheduler that never answered
-    // (a wrong --scheduler would otherwise go unmentioned); its retries, with backoff, are not.
-    const announce = this.host !== undefined || !unreachable || !this.schedulerDown;
+    let reason = error instanceof Error ? error.message : String(error);
+    // Not a weightcast scheduler at all (a wrong --scheduler that some other server answers): as
+    // good as unreachable, and worth saying so.
+    const foreign = isWeightcastError(error) && error.details.foreign === true;
+    if (foreign) reason += ' (not a weightcast scheduler: check --scheduler)';
+    const down = foreign || isWeightcastError(error, 'SCHEDULER_UNREACHABLE');
+    // A registered host losing the scheduler is news, and so is a failure unlike the last one (a
+    // wrong --scheduler would otherwise go unmentioned); the same failure again, at every retry
+    // with backoff, is not.
+    const kind = isWeightcastError(error) ? `${error.code}${foreign ? '/foreign' : ''}` : 'error';
+    const announce = this.host !== undefined || kind !== this.lastLoss;
+    this.lastLoss = kind;
     this.host = undefined;
-    // Only an unreachable scheduler sends the member out on its own; a refusal just re-registers.
-    if (unreachable) this.schedulerDown = true;
+    // A scheduler that is not there sends the member out on its own; a refusal just re-registers.
+    if (down) this.schedulerDown = true;
     this.options.onLost(reason, announce);
   }
 
