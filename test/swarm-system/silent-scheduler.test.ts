@@ -164,7 +164,10 @@ describe('a --scheduler URL that some other server answers', { timeout: 30_000 }
       assert.equal(result.originBytes, result.bytesTotal);
       // Before, it re-registered forever without fetching, saying so at every retry.
       assert.equal(lost.length, 1, lost.join('\n'));
-      assert.match(lost[0] as string, /answered HTTP 40[45] \(not a weightcast scheduler: check --scheduler\)/);
+      assert.match(
+        lost[0] as string,
+        /answered HTTP 40[45] \(not a weightcast scheduler: check --scheduler\)/,
+      );
     } finally {
       await other.close();
       await dir.cleanup();
