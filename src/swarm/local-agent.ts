@@ -14,7 +14,7 @@ import { WeightcastError } from '../errors.js';
 import { httpUrl } from '../util/http-url.js';
 import { AGENT_PORT_DEFAULT } from './agent/defaults.js';
 
-/** How long the probe waits for an answer from 127.0.0.1. */
+/** How long the probe waits for the whole answer from 127.0.0.1. */
 const PROBE_TIMEOUT_MS = 500;
 const PROBE_BODY_BYTES_MAX = 4096;
 
@@ -43,18 +43,23 @@ export async function findLocalAgent(
     : { found: false, reason: 'none-listening' };
 }
 
-/** Whether `url` answers `/healthz` the way an agent does (`{"ok":true,"name":...}`). */
+/**
+ * Whether `url` answers `/healthz` the way an agent does (`{"ok":true,"name":...}`). Settles within
+ * PROBE_TIMEOUT_MS whatever listens there: the deadline covers the whole answer (a server that
+ * trickles its body is cut off too), and a response cut short (too large, reset) counts as no agent.
+ */
 function answersAsAgent(url: string, signal?: AbortSignal): Promise<boolean> {
+  const deadline = AbortSignal.timeout(PROBE_TIMEOUT_MS);
   return new Promise((resolve) => {
     const request = get(
       `${url}/healthz`,
-      { timeout: PROBE_TIMEOUT_MS, ...(signal ? { signal } : {}) },
+      { signal: signal === undefined ? deadline : AbortSignal.any([signal, deadline]) },
       (res) => {
         let text = '';
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => {
           text += chunk;
-          if (text.length > PROBE_BODY_BYTES_MAX) res.destroy();
+          if (text.length > PROBE_BODY_BYTES_MAX) request.destroy();
         });
         res.on('error', () => resolve(false));
         res.on('end', () => {
@@ -65,9 +70,10 @@ function answersAsAgent(url: string, signal?: AbortSignal): Promise<boolean> {
             resolve(false);
           }
         });
+        // After 'end' this changes nothing; without it (destroyed, aborted, reset) it is the answer.
+        res.on('close', () => resolve(false));
       },
     );
-    request.on('timeout', () => request.destroy());
     request.on('error', () => resolve(false));
   });
 }

@@ -119,6 +119,28 @@ describe('finding the local agent', () => {
       reason: 'none-listening',
     });
   });
+
+  it('probes: a server answering with a large page, or a byte at a time, is no agent, and the probe ends', async () => {
+    const large = createServer((_req, res) => res.end('x'.repeat(1 << 20)));
+    const trickling = createServer((_req, res) => {
+      res.writeHead(200);
+      const timer = setInterval(() => res.write(' '), 100);
+      res.on('close', () => clearInterval(timer));
+    });
+    for (const server of [large, trickling]) {
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      // Not a timing check: only a bound well past the probe's own deadline, so a hang fails here.
+      const hang = new AbortController();
+      const found = await Promise.race([
+        findLocalAgent({}, undefined, url),
+        sleep(10_000, 'still probing', { signal: hang.signal }).catch(() => 'aborted'),
+      ]).finally(() => hang.abort());
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      assert.deepEqual(found, { found: false, reason: 'none-listening' });
+    }
+  });
 });
 
 describe('pull through the agent of this host', { timeout: 120_000 }, () => {
