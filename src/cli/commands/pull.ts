@@ -13,6 +13,7 @@ import { corruptPieceText, createProgress, originRetryReporter } from '../progre
 import { serviceUrlFlag } from './service-url.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
+import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
 
 export interface PullFlags extends AccessFlags {
   to: string;
@@ -53,7 +54,14 @@ export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise
   } catch (error) {
     return reportError(io, error, flags.json === true);
   }
-  if (!found.found) return pullFromOrigin(src, flags, io);
+  if (!found.found) {
+    // Said only where an agent could have been used: a user who expected one learns it was not found.
+    if (found.reason === 'none-listening' && flags.manifest !== undefined && flags.json !== true)
+      io.stderr(
+        `weightcast: no agent answers at http://127.0.0.1:${AGENT_PORT_DEFAULT} on this host; pulling from the origin directly (--agent URL or $WEIGHTCAST_AGENT for one elsewhere)\n`,
+      );
+    return pullFromOrigin(src, flags, io);
+  }
   if (flags.manifest === undefined) {
     io.stderr(
       `weightcast: an agent is running at ${found.url}, but going through it needs --manifest (peers are trusted only for bytes a manifest names); pulling from the origin directly\n`,
