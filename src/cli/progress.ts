@@ -81,14 +81,21 @@ export function originRetryLine(event: Omit<RetryEvent, 'error'>): string {
   );
 }
 
-/** A corrupt piece as the agent's and `pull --scheduler`'s lines name it: where it is and who sent it. */
+/**
+ * A corrupt piece as the agent's and `pull --scheduler`'s lines name it: where it is and who sent it.
+ * A peer is named by its URL (the event's `parent`): "a peer" alone left an operator of a swarm of
+ * many hosts unable to tell which one sent wrong bytes.
+ */
 export function corruptPieceText(event: {
   piece: number;
   from: 'origin' | 'peer';
+  parent?: string | undefined;
   file?: { path: string; piece: number } | undefined;
 }): string {
   const where = event.file === undefined ? '' : ` (${event.file.path} piece ${event.file.piece})`;
-  return `piece ${event.piece}${where} from ${event.from === 'origin' ? 'the origin' : 'a peer'} failed verification`;
+  const sender =
+    event.from === 'origin' ? 'the origin' : event.parent === undefined ? 'a peer' : `peer ${event.parent}`;
+  return `piece ${event.piece}${where} from ${sender} failed verification`;
 }
 
 function seconds(ms: number): string {

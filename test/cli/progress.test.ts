@@ -9,7 +9,12 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { memoryIo } from '../../src/cli/io.js';
 import { runCli } from '../../src/cli/main.js';
-import { createProgress, originRetryReporter, RETRY_SUMMARY_MS } from '../../src/cli/progress.js';
+import {
+  corruptPieceText,
+  createProgress,
+  originRetryReporter,
+  RETRY_SUMMARY_MS,
+} from '../../src/cli/progress.js';
 import { formatBytes, formatRate } from '../../src/util/units.js';
 import { tempDir } from '../helpers/fixtures.js';
 
@@ -98,4 +103,17 @@ test('origin retries: the first of a kind in full, then one summary per period, 
     lines[2] ?? '',
     /^origin unavailable for f1\.safetensors \(read of f1\.safetensors: HTTP 503\)/,
   );
+});
+
+test('a corrupt piece names where it is and who sent it, a peer by its URL', () => {
+  const file = { path: 'model-00001-of-00002.safetensors', piece: 5 };
+  assert.equal(
+    corruptPieceText({ piece: 7, from: 'peer', parent: 'http://10.0.0.5:7100', file }),
+    'piece 7 (model-00001-of-00002.safetensors piece 5) from peer http://10.0.0.5:7100 failed verification',
+  );
+  assert.equal(
+    corruptPieceText({ piece: 7, from: 'origin', file }),
+    'piece 7 (model-00001-of-00002.safetensors piece 5) from the origin failed verification',
+  );
+  assert.equal(corruptPieceText({ piece: 3, from: 'peer' }), 'piece 3 from a peer failed verification');
 });
