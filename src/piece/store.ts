@@ -406,6 +406,25 @@ export class PieceStore {
     return join(base, file.path);
   }
 
+  /**
+   * The path of a file of the store that was deleted under it (someone removed the model's folder),
+   * or undefined while every file is still there: an open file that no name links to any more
+   * (nlink 0) keeps its disk space and takes writes no one will see.
+   */
+  async removedFile(): Promise<string | undefined> {
+    if (this.closed) return undefined;
+    const links = await Promise.all(
+      this.files.map((file) =>
+        file.handle.stat().then(
+          (stats) => stats.nlink,
+          () => 1,
+        ),
+      ),
+    );
+    const index = links.findIndex((count) => count === 0);
+    return index < 0 ? undefined : this.pathOf(index);
+  }
+
   async sync(): Promise<void> {
     await Promise.all(this.files.map((file) => file.handle.datasync()));
     await this.journal.sync();

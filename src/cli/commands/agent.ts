@@ -197,6 +197,11 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'origin-retry':
       originRetryOf(io, event.model)(event);
       break;
+    case 'removed':
+      io.stdout(
+        `model ${model}: its files were deleted (${event.path}); forgotten, a pull fetches it anew\n`,
+      );
+      break;
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);
       break;

@@ -20,7 +20,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, realpath, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, realpath, rm, writeFile } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
@@ -118,6 +118,8 @@ export interface AgentOptions {
    * stops with ORIGIN_RETRIES_EXHAUSTED (`--origin-retry-s`). Default 60 000.
    */
   originRetryBudgetMs?: number;
+  /** How often to look for models whose files were deleted under the agent; default REMOVED_CHECK_MS. */
+  removedCheckMs?: number;
   /** Resume the models found in the cache. Default true. */
   resume?: boolean;
   onEvent?: (event: AgentEvent) => void;
@@ -141,6 +143,7 @@ export type AgentEvent =
   | { type: 'joined'; model: string; pieces: number; held: number }
   | ({ model: string } & MemberEvent)
   | { type: 'resume-failed'; model: string; reason: string }
+  | { type: 'removed'; model: string; path: string }
   | { type: 'loopback-unavailable'; reason: string }
   | ({ type: 'origin-retry'; model: string } & Omit<RetryEvent, 'error'>);
 
@@ -212,6 +215,8 @@ const LOCAL_STATUS_WAIT_MS_MAX = 60_000;
 const UPLOAD_CHUNK_BYTES = 256 * 1024;
 /** How long a request (head and body) may take to arrive. */
 const REQUEST_TIMEOUT_MS = 30_000;
+/** How often the agent looks for models whose files were deleted under it (forgetIfRemoved). */
+export const REMOVED_CHECK_MS = 10_000;
 
 const absolutePath = s.string({ min: 1, max: 4096, refine: [isAbsolute, 'must be an absolute path'] });
 
@@ -250,6 +255,9 @@ export class Agent {
   /** Limits both servers share (one body budget among them). */
   private limits: ServerLimits | undefined;
   private closing = false;
+  private removalTimer: ReturnType<typeof setInterval> | undefined;
+  /** Models being forgotten because their files were deleted (forgetIfRemoved). */
+  private readonly forgetting = new Map<string, Promise<void>>();
   /** Releases the cache's lock (see lockCache). */
   private releaseCache: (() => Promise<void>) | undefined;
   url = '';
@@ -281,6 +289,7 @@ export class Agent {
       await agent.listen();
       await agent.warmUp();
       if (options.resume !== false) await agent.resumeAll();
+      agent.watchRemovals();
     } catch (error) {
       await agent.close().catch(() => undefined);
       await agent.unlockCache();
@@ -292,10 +301,14 @@ export class Agent {
   /** Joins the swarm of a model (idempotent); resolves once the member is running. */
   async join(options: JoinOptions): Promise<ModelStatus> {
     const hex = manifestDigest(options.manifest).slice('sha256:'.length);
+    // A model being forgotten (its files were deleted) is gone, state and all, before it is joined anew.
+    await this.forgetting.get(hex);
     const existing = this.joined.get(hex) ?? (await this.joining.get(hex));
-    // A model that stopped on a disk error is joined afresh: the user may have made room since.
+    // A model that stopped on a disk error is joined afresh: the user may have made room since;
+    // so is one whose files were deleted under it.
     if (existing?.member.failure !== undefined) await this.drop(existing);
-    else if (existing !== undefined) return this.statusOf(existing);
+    else if (existing !== undefined && !(await this.forgetIfRemoved(existing)))
+      return this.statusOf(existing);
     const pending = this.doJoin(hex, options);
     this.joining.set(hex, pending);
     try {
@@ -334,6 +347,39 @@ export class Agent {
     if (onClose !== undefined) res.off('close', onClose);
   }
 
+  /**
+   * A model whose files someone deleted (its destination folder, or the cache's copy) is forgotten:
+   * its store closed (open files would keep the disk space), its state removed (a restart would
+   * otherwise fetch it into that folder again), the loss said. Returns whether it was.
+   */
+  private async forgetIfRemoved(entry: Joined): Promise<boolean> {
+    const path = await entry.store.removedFile();
+    if (path === undefined || this.joined.get(entry.hex) !== entry) return false;
+    this.joined.delete(entry.hex);
+    const forgotten = (async () => {
+      await this.drop(entry);
+      await rm(join(this.options.cacheDir, entry.hex), { recursive: true, force: true }).catch(
+        () => undefined,
+      );
+      this.options.onEvent?.({ type: 'removed', model: entry.hex, path });
+    })();
+    this.forgetting.set(entry.hex, forgotten);
+    try {
+      await forgotten;
+    } finally {
+      this.forgetting.delete(entry.hex);
+    }
+    return true;
+  }
+
+  /** Looks for models whose files were deleted, every `removedCheckMs` (see forgetIfRemoved). */
+  private watchRemovals(): void {
+    this.removalTimer = setInterval(() => {
+      for (const entry of this.joined.values()) void this.forgetIfRemoved(entry);
+    }, this.options.removedCheckMs ?? REMOVED_CHECK_MS);
+    this.removalTimer.unref();
+  }
+
   private async drop(entry: Joined): Promise<void> {
     if (this.joined.get(entry.hex) === entry) this.joined.delete(entry.hex);
     await Promise.allSettled([entry.member.close(), entry.store.close(), entry.origin.close()]);
@@ -346,6 +392,7 @@ export class Agent {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    clearInterval(this.removalTimer);
     this.peerWire.close();
     this.server.closeAllConnections();
     this.loopbackServer?.closeAllConnections();
