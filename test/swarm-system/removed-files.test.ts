@@ -80,7 +80,7 @@ describe('files deleted under a running agent', { timeout: 60_000 }, () => {
       assert.match((removed() as { path: string }).path, /dest/);
       assert.throws(() => agent.status(hex), { code: 'SWARM_UNKNOWN_MODEL' });
       assert.deepEqual(await deletedButOpen(dest), []);
-      assert.deepEqual(await readdir(join(cacheDir, hex)).catch(() => "gone"), "gone");
+      assert.deepEqual(await readdir(join(cacheDir, hex)).catch(() => 'gone'), 'gone');
       // Asked again, the agent fetches it anew into the folder.
       await agent.join({ source: origin.url, manifest, to: dest });
       await agent.whenComplete(hex);
