@@ -17,10 +17,15 @@ import { pathWithoutSymlinks } from '../util/no-symlinks.js';
  */
 export const WRITEBACK_BYTES = 64 * 1024 * 1024;
 
-/** Background flushes of one file being filled. Errors are left to the sync before the rename. */
+/**
+ * Background flushes of one file being filled. A flush's error is kept for `settled`: Linux reports
+ * a writeback error (EIO) to one sync of an open file, so the sync before the rename, on the same
+ * handle, would not hear of it again and a file the disk never took would be renamed into place.
+ */
 export class Writeback {
   private unflushed = 0;
   private flushing: Promise<void> | undefined;
+  private failure: Error | undefined;
 
   constructor(private readonly handle: () => Promise<FileHandle> | FileHandle) {}
 
@@ -31,22 +36,25 @@ export class Writeback {
     this.unflushed = 0;
     this.flushing = Promise.resolve(this.handle())
       .then((handle) => handle.datasync())
-      .catch(() => undefined)
+      .catch((error: unknown) => {
+        this.failure ??= error instanceof Error ? error : new Error(String(error));
+      })
       .finally(() => {
         this.flushing = undefined;
       });
   }
 
-  /** Resolves once no background flush is under way. */
+  /** Resolves once no background flush is under way; rejects with the error of one that failed. */
   async settled(): Promise<void> {
     await this.flushing;
+    if (this.failure !== undefined) throw this.failure;
   }
 }
 
 /**
- * Syncs the verified file open as `handle` at `partialPath` (no handle: its bytes need no sync here,
- * as a hard link's), renames it to `relativePath` under `finalDir` and syncs that directory. The
- * handle stays open (a store may serve from it).
+ * Syncs the verified file open as `handle` at `partialPath` (no handle: the caller synced it, or its
+ * bytes need no sync here, as a hard link's), renames it to `relativePath` under `finalDir` and syncs
+ * that directory. The handle stays open (a store may serve from it).
  */
 export async function moveToFinalName(
   handle: FileHandle | undefined,

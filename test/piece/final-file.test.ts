@@ -1,7 +1,8 @@
 /**
  * The last steps of a verified file, shared by the pull and the piece store (src/piece/final-file.ts):
  * the rename to the final name never goes through a symlink or over a directory, and background
- * flushes start every WRITEBACK_BYTES but never for a file's last piece (its sync follows).
+ * flushes start every WRITEBACK_BYTES but never for a file's last piece (its sync follows), and
+ * their errors are not lost.
  */
 
 import assert from 'node:assert/strict';
@@ -105,5 +106,19 @@ describe('Writeback', () => {
     } finally {
       await handle.close();
     }
+  });
+
+  it("keeps a background flush's error for settled(), which the sync before the rename would not see", async () => {
+    // Linux tells a writeback error (EIO) to one sync of an open file; the next one on it succeeds.
+    const eio = Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' });
+    let syncs = 0;
+    const failing = {
+      datasync: () => (++syncs === 1 ? Promise.reject(eio) : Promise.resolve()),
+    } as unknown as FileHandle;
+    const writeback = new Writeback(() => failing);
+    writeback.wrote(WRITEBACK_BYTES, false);
+    await assert.rejects(writeback.settled(), eio);
+    assert.equal(syncs, 1);
+    await assert.rejects(writeback.settled(), eio, 'and again: the file must not be renamed into place');
   });
 });
