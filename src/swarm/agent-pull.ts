@@ -206,6 +206,13 @@ export async function agentPull(
   // The agent's verified files are on this machine: its own cache is placed without reading it;
   // anything else is read from disk when this process can (verified against the manifest) and
   // through the local API otherwise.
+  //
+  // Placing without hashing again is deliberate: the cache is the agent's own directory, written
+  // only with pieces it verified, and hashing the placed copy would read the whole model once more,
+  // the cost this placement exists to avoid. What it cannot see is a cache changed behind the
+  // agent's back (its user editing a file, a hard-linked copy edited, a disk fault), and a cheap
+  // check (sizes, times) would not see a disk fault either; so the pull says what was checked
+  // (the agent's verification as it fetched the pieces) and how to check the copy (`verify`).
   const local = status.filesDir !== undefined && (await readable(status.filesDir));
   // Files already in the destination (a pull run again) are checked by the verified pull, which
   // keeps those that match and fetches the rest.

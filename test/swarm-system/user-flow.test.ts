@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, symlink } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -84,6 +84,36 @@ async function pullCli(
   });
   const last = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as Record<string, unknown>;
   return { stdout, stderr, last };
+}
+
+/** The CLI's pull as a user runs it (text output): its exit code and output, whatever the outcome. */
+async function pullText(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return runCli(['pull', ...args]);
+}
+
+async function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], {
+      env: { ...process.env, WEIGHTCAST_AGENT: 'off' },
+      timeout: 60_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
+    // Killed at the timeout (no exit code): that is the test's failure, not an outcome.
+    if (typeof failed.code !== 'number') throw error;
+    return { code: failed.code, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
+}
+
+/** Overwrites four bytes of a file in place, as a user's edit or a disk fault would. */
+async function damage(path: string, offset: number): Promise<void> {
+  const handle = await open(path, 'r+');
+  try {
+    await handle.write(Buffer.from([0, 1, 2, 3]), 0, 4, offset);
+  } finally {
+    await handle.close();
+  }
 }
 
 describe('finding the local agent', () => {
@@ -341,6 +371,37 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
       await assert.rejects(agent.join({ source: origin.url, manifest, to: join(dest, 'config.json', 'x') }), {
         code: 'IO',
       });
+    });
+  });
+});
+
+describe('pull through the agent when a copy is wrong', { timeout: 120_000 }, () => {
+  const shard = (): string => paths.find((path) => path.endsWith('.safetensors'))!;
+
+  it("says the files placed from the agent's cache were not hashed again (verify finds a damaged cache)", async () => {
+    await withAgent('cache-damaged', async (agent) => {
+      await agent.join({ source: origin.url, manifest });
+      await agent.whenComplete(hex);
+      // A byte of the cache changed behind the agent's back (a user as the agent's user, the disk).
+      await damage(join(work.path, 'cache-damaged', hex, 'files', shard()), 70_000);
+      const dest = join(work.path, 'dest-from-damaged-cache');
+      const pulled = await pullText([
+        origin.url,
+        '--to',
+        dest,
+        '--manifest',
+        manifestPath,
+        '--agent',
+        agent.url,
+      ]);
+      assert.equal(pulled.code, 0, pulled.stderr);
+      // The placement read no byte, so the output claims only what the agent checked.
+      assert.doesNotMatch(pulled.stdout, /every piece verified against the manifest/);
+      assert.match(pulled.stdout, /the agent verified every piece against the manifest as it fetched it/);
+      assert.match(pulled.stdout, /not hashed again: weightcast verify .* checks them/);
+      const verified = await runCli(['verify', dest, '--manifest', manifestPath]);
+      assert.equal(verified.code, 1, verified.stdout);
+      assert.match(verified.stdout, /corrupt +model-00001-of-00002\.safetensors +1 bad piece: 1/);
     });
   });
 });

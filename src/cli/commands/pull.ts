@@ -89,16 +89,23 @@ function describePlacement(placement: AgentPlacement): string {
   return methods.copy > 0 ? 'copy' : methods.link > 0 ? 'link' : 'reflink';
 }
 
-function placementLine(placed: string): string {
+/** Files placed from the agent's cache: no byte of them was read, so none was hashed again. */
+function isPlacedFromCache(placed: unknown): boolean {
+  return placed === 'reflink' || placed === 'link' || placed === 'copy';
+}
+
+/** How the files got to the destination; for files placed from the cache, how to check them. */
+function placementLine(placed: string, flags: PullFlags): string {
+  const unhashed = `; not hashed again: weightcast verify ${flags.to} --manifest ${flags.manifest ?? 'M'} checks them`;
   switch (placed) {
     case 'direct':
       return 'the agent wrote the files here directly (no copy)';
     case 'reflink':
-      return "placed from the agent's cache by reflink (shared blocks, copy-on-write; no copy)";
+      return `placed from the agent's cache by reflink (shared blocks, copy-on-write; no copy)${unhashed}`;
     case 'link':
-      return "hard-linked from the agent's cache (the files are the agent's too: do not modify them)";
+      return `hard-linked from the agent's cache (the files are the agent's too: do not modify them)${unhashed}`;
     case 'copy':
-      return "copied from the agent's cache by the kernel (no reflinks on this file system; not hashed again)";
+      return `copied from the agent's cache by the kernel (no reflinks on this file system)${unhashed}`;
     default:
       return "copied from the agent's files (or kept where already here) with every piece verified again";
   }
@@ -261,8 +268,11 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         `pulled ${fileCount} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
           `${formatBytes(Number(summary['originBytes']))} from the origin, ${formatBytes(Number(summary['peerBytes']))} from peers` +
           (typeof flags.agent === 'string' ? ' (by the agent)' : '') +
-          `; every piece verified against the manifest\n` +
-          (summary['placed'] === undefined ? '' : `${placementLine(summary['placed'] as string)}\n`) +
+          // Placing from the cache reads no byte: the check to claim is the agent's, as it fetched them.
+          (isPlacedFromCache(summary['placed'])
+            ? '; the agent verified every piece against the manifest as it fetched it\n'
+            : '; every piece verified against the manifest\n') +
+          (summary['placed'] === undefined ? '' : `${placementLine(summary['placed'] as string, flags)}\n`) +
           `model ${String(summary['manifestDigest'])}\n`,
       );
     }
