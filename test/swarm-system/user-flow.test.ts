@@ -59,10 +59,11 @@ after(async () => {
 async function withAgent(
   name: string,
   body: (agent: Agent) => Promise<void>,
-  downloadBytesPerSecond?: number,
+  options: { downloadBytesPerSecond?: number; schedulerUrl?: string } = {},
 ): Promise<void> {
+  const { downloadBytesPerSecond } = options;
   const agent = await Agent.start({
-    schedulerUrl: scheduler.url,
+    schedulerUrl: options.schedulerUrl ?? scheduler.url,
     cacheDir: join(work.path, name),
     destinationRoots: [work.path],
     ...(downloadBytesPerSecond === undefined ? {} : { downloadBytesPerSecond }),
@@ -355,7 +356,7 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
           'the throttled agent should be part way',
         );
       },
-      256 * 1024,
+      { downloadBytesPerSecond: 256 * 1024 },
     );
     const job = JSON.parse(await readFile(join(work.path, 'resumed', hex, 'job.json'), 'utf8')) as {
       to?: string;
@@ -377,31 +378,42 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
 
 describe('pull through the agent when a copy is wrong', { timeout: 120_000 }, () => {
   const shard = (): string => paths.find((path) => path.endsWith('.safetensors'))!;
+  // A scheduler of their own: after the join refused above (IO), the shared one holds a new agent
+  // of the model up for about 10 s (its host timeout).
+  let own: SchedulerServer;
+  before(async () => {
+    own = await startScheduler();
+  });
+  after(() => own.close());
 
   it("says the files placed from the agent's cache were not hashed again (verify finds a damaged cache)", async () => {
-    await withAgent('cache-damaged', async (agent) => {
-      await agent.join({ source: origin.url, manifest });
-      await agent.whenComplete(hex);
-      // A byte of the cache changed behind the agent's back (a user as the agent's user, the disk).
-      await damage(join(work.path, 'cache-damaged', hex, 'files', shard()), 70_000);
-      const dest = join(work.path, 'dest-from-damaged-cache');
-      const pulled = await pullText([
-        origin.url,
-        '--to',
-        dest,
-        '--manifest',
-        manifestPath,
-        '--agent',
-        agent.url,
-      ]);
-      assert.equal(pulled.code, 0, pulled.stderr);
-      // The placement read no byte, so the output claims only what the agent checked.
-      assert.doesNotMatch(pulled.stdout, /every piece verified against the manifest/);
-      assert.match(pulled.stdout, /the agent verified every piece against the manifest as it fetched it/);
-      assert.match(pulled.stdout, /not hashed again: weightcast verify .* checks them/);
-      const verified = await runCli(['verify', dest, '--manifest', manifestPath]);
-      assert.equal(verified.code, 1, verified.stdout);
-      assert.match(verified.stdout, /corrupt +model-00001-of-00002\.safetensors +1 bad piece: 1/);
-    });
+    await withAgent(
+      'cache-damaged',
+      async (agent) => {
+        await agent.join({ source: origin.url, manifest });
+        await agent.whenComplete(hex);
+        // A byte of the cache changed behind the agent's back (a user as the agent's user, the disk).
+        await damage(join(work.path, 'cache-damaged', hex, 'files', shard()), 70_000);
+        const dest = join(work.path, 'dest-from-damaged-cache');
+        const pulled = await pullText([
+          origin.url,
+          '--to',
+          dest,
+          '--manifest',
+          manifestPath,
+          '--agent',
+          agent.url,
+        ]);
+        assert.equal(pulled.code, 0, pulled.stderr);
+        // The placement read no byte, so the output claims only what the agent checked.
+        assert.doesNotMatch(pulled.stdout, /every piece verified against the manifest/);
+        assert.match(pulled.stdout, /the agent verified every piece against the manifest as it fetched it/);
+        assert.match(pulled.stdout, /not hashed again: weightcast verify .* checks them/);
+        const verified = await runCli(['verify', dest, '--manifest', manifestPath]);
+        assert.equal(verified.code, 1, verified.stdout);
+        assert.match(verified.stdout, /corrupt +model-00001-of-00002\.safetensors +1 bad piece: 1/);
+      },
+      { schedulerUrl: own.url },
+    );
   });
 });
