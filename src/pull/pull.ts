@@ -8,8 +8,9 @@
  * piece at its offset in the file's partial copy under `.weightcast/partial/`, journals it and, once a
  * file is complete, syncs it and renames it to its final name. A local origin's pieces are copied by a
  * hash thread straight into the store's partial file. A piece with wrong bytes is fetched again (a few
- * times) and never written. Resume, re-hashing after a reboot and adopting files already complete at
- * their final names are the store's too; this module keeps the lanes, the retries and the events.
+ * times; from the fallback origin, when the origin is a copy that may have changed) and never
+ * written. Resume, re-hashing after a reboot and adopting files already complete at their final
+ * names are the store's too; this module keeps the lanes, the retries and the events.
  *
  * Without a manifest the pull trusts the origin: a local origin is hashed first to build one; a remote
  * origin's pieces are hashed as they arrive (the store learns their digests, with the journal as the
@@ -66,6 +67,13 @@ export interface PullOptions {
   pieceSize?: number;
   /** How often a piece whose bytes fail verification is fetched again before the pull fails. */
   pieceRetries?: number;
+  /**
+   * Where a piece is fetched when the origin's bytes for it fail verification, instead of from the
+   * origin again: for an origin that is a copy which may have changed since it was verified (another
+   * pull's destination), with the model's own origin as the fallback. `pieceRetries` then counts
+   * the fallback's attempts.
+   */
+  fallbackOrigin?: Origin;
   hashThreads?: number;
   /**
    * Write pieces with O_DIRECT, past the page cache, where the destination's file system allows it
@@ -90,7 +98,15 @@ export type PullEvent =
     }
   | { type: 'state-discarded'; reason: string }
   | { type: 'progress'; bytesDone: number; bytesTotal: number; piecesDone: number; piecesTotal: number }
-  | { type: 'piece-rejected'; path: string; piece: number; attempt: number; reason: string }
+  | {
+      type: 'piece-rejected';
+      path: string;
+      piece: number;
+      attempt: number;
+      reason: string;
+      /** The `location` of the origin that sent the bytes. */
+      origin: string;
+    }
   | { type: 'file-complete'; path: string; size: number };
 
 export interface PullResult {
@@ -353,7 +369,10 @@ interface Lane {
   start: number;
 }
 
-/** Fetches one piece into the store, fetching it again if its bytes are wrong. */
+/**
+ * Fetches one piece into the store, fetching it again if its bytes are wrong: from the fallback
+ * origin when there is one, else from the origin again.
+ */
 async function fetchPiece(
   origin: Origin,
   state: PullState,
@@ -361,28 +380,54 @@ async function fetchPiece(
   lane: Lane,
   context: LaneContext,
 ): Promise<void> {
-  const where = state.map.locate(piece);
+  const fallback = context.options.fallbackOrigin;
+  // The origin is a copy that may have changed: its wrong bytes would be the same again.
+  if (fallback !== undefined && (await tryPiece(origin, state, piece, lane, context, 1)) === undefined)
+    return;
+  const source = fallback ?? origin;
   const retries = context.options.pieceRetries ?? PIECE_RETRIES_DEFAULT;
   for (let attempt = 1; ; attempt++) {
-    const { digest, stored } = await transferPiece(origin, state, piece, lane, context);
-    context.counters.bytesFetched += where.length;
-    if (stored) {
-      context.counters.piecesFetched++;
-      return;
-    }
-    context.counters.piecesRejected++;
-    const expected = state.store.digestOf(piece) ?? '';
-    const reason = `SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ${expected.slice(0, 16)}…`;
-    const path = where.file.path;
-    context.options.onEvent?.({ type: 'piece-rejected', path, piece: where.piece, attempt, reason });
+    const reason = await tryPiece(source, state, piece, lane, context, attempt);
+    if (reason === undefined) return;
     if (attempt > retries) {
+      const where = state.map.locate(piece);
       throw new WeightcastError(
         'PIECE_HASH_MISMATCH',
-        `${path} piece ${where.piece}: the origin sent wrong bytes ${attempt} times (${reason}); nothing was written`,
-        { file: path, piece: where.piece },
+        `${where.file.path} piece ${where.piece}: the origin sent wrong bytes ${attempt} times (${reason}); nothing was written`,
+        { file: where.file.path, piece: where.piece },
       );
     }
   }
+}
+
+/** One transfer of a piece from `origin`: undefined when the store kept it, else why it was rejected. */
+async function tryPiece(
+  origin: Origin,
+  state: PullState,
+  piece: number,
+  lane: Lane,
+  context: LaneContext,
+  attempt: number,
+): Promise<string | undefined> {
+  const where = state.map.locate(piece);
+  const { digest, stored } = await transferPiece(origin, state, piece, lane, context);
+  context.counters.bytesFetched += where.length;
+  if (stored) {
+    context.counters.piecesFetched++;
+    return undefined;
+  }
+  context.counters.piecesRejected++;
+  const expected = state.store.digestOf(piece) ?? '';
+  const reason = `SHA-256 ${digest.slice(0, 16)}… does not match the manifest's ${expected.slice(0, 16)}…`;
+  context.options.onEvent?.({
+    type: 'piece-rejected',
+    path: where.file.path,
+    piece: where.piece,
+    attempt,
+    reason,
+    origin: origin.location,
+  });
+  return reason;
 }
 
 /**

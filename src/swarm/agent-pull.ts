@@ -5,7 +5,8 @@
  * model it already holds elsewhere is placed from there: from its own cache by reflink, hard link
  * (`link`) or kernel copy, without a second hash; from another pull's destination (which its user
  * may have changed since) by the ordinary verified pull, as is any model whose files this process
- * cannot read or the agent cannot write where asked.
+ * cannot read or the agent cannot write where asked; a piece the agent's copy gets wrong there
+ * comes from the model's origin.
  *
  * This module is what a pull process runs on a host with an agent, so it stays light to load: the
  * placing and the verified copy are imported only when a pull needs them.
@@ -44,6 +45,11 @@ export interface AgentPullOptions {
   onPullEvent?: (event: PullEvent) => void;
   /** Placing from the agent's cache: `link` hard-links where it can; default: reflink or copy. */
   place?: 'copy' | 'link';
+  /**
+   * The agent's copy (at `dir`) no longer matches the manifest where `where` says (the first such
+   * piece): it changed after the agent verified it, and the pieces it gets wrong come from the origin.
+   */
+  onAgentCopyChanged?: (dir: string, where: string) => void;
   /** The agent could not write into the destination itself; the pull copies the files out instead. */
   onDestinationRefused?: (reason: string) => void;
   /** How long to keep asking an agent that refuses connections (still starting). Default 10 s. */
@@ -57,7 +63,10 @@ export interface AgentPullOptions {
 
 /** How the files reached the destination. */
 export type AgentPlacement =
-  { how: 'direct' } | { how: 'placed'; result: PlaceResult } | { how: 'verified-copy'; result: PullResult };
+  | { how: 'direct' }
+  | { how: 'placed'; result: PlaceResult }
+  /** `changedPieces`: pieces the agent's copy got wrong, fetched from the origin instead. */
+  | { how: 'verified-copy'; result: PullResult; changedPieces: number };
 
 /**
  * How long a pull waits for an agent that does not answer yet: one started at the same moment (a
@@ -229,28 +238,44 @@ export async function agentPull(
     });
     return { status, placement: { how: 'placed', result } };
   }
-  const [{ pull }, { LocalOrigin }, { HttpOrigin }] = await Promise.all([
+  const [{ pull }, { LocalOrigin }, { HttpOrigin }, { openOrigin }] = await Promise.all([
     import('../pull/pull.js'),
     import('../origin/local.js'),
     import('../origin/http.js'),
+    import('../origin/open.js'),
   ]);
   const files = (await manifest()).files;
+  const entries = files.map((file) => ({ path: file.path, size: file.size }));
+  // The agent verified these files as it wrote them, but a pull's destination is its user's, who
+  // may have changed them since (so may a disk): a piece they get wrong comes from the model's
+  // origin instead, and the user hears once that the agent's copy changed.
+  const fallback = openOrigin(source, {
+    files: entries,
+    tls: options.access?.tls,
+    ...(options.token === undefined ? {} : { token: options.token }),
+  });
   const origin: Origin =
     local && status.filesDir !== undefined
       ? new LocalOrigin(status.filesDir)
-      : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, {
-          files: files.map((file) => ({ path: file.path, size: file.size })),
-          tls: options.access?.tls,
-        });
+      : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, { files: entries, tls: options.access?.tls });
+  let changedPieces = 0;
   try {
     const result = await pull(origin, dest, {
       manifest: await manifest(),
+      fallbackOrigin: fallback,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.onPullEvent === undefined ? {} : { onEvent: options.onPullEvent }),
+      onEvent: (event) => {
+        if (event.type === 'piece-rejected' && event.origin === origin.location) {
+          if (changedPieces === 0)
+            options.onAgentCopyChanged?.(status.filesDir ?? base, `${event.path} piece ${event.piece}`);
+          changedPieces++;
+        }
+        options.onPullEvent?.(event);
+      },
     });
-    return { status, placement: { how: 'verified-copy', result } };
+    return { status, placement: { how: 'verified-copy', result, changedPieces } };
   } finally {
-    await origin.close();
+    await Promise.all([origin.close(), fallback.close()]);
   }
 }
 

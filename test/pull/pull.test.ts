@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isWeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
@@ -117,6 +117,42 @@ test('an origin that keeps sending wrong bytes fails the pull with a typed error
     for (const path of MODEL_FILES.filter((p) => p !== target)) {
       if (existsSync(join(dest, path))) assert.ok(await sameFiles(root, dest, [path]), path);
     }
+  } finally {
+    await server.close();
+    await cleanup();
+  }
+});
+
+test('a piece a changed local copy gets wrong comes from the fallback origin, once, and the rest from the copy', async () => {
+  const { root, dest, manifest, cleanup } = await fixture('pull-fallback');
+  const copy = join(dest, '..', 'copy');
+  const server = await startFileServer({ root });
+  try {
+    const local = new LocalOrigin(root);
+    await pull(local, copy, { manifest });
+    await local.close();
+    const target = 'model-00001-of-00002.safetensors';
+    const changed = await readFile(join(copy, target));
+    changed[PIECE + 5] = (changed[PIECE + 5] ?? 0) ^ 0xff;
+    await writeFile(join(copy, target), changed);
+    const origin = new LocalOrigin(copy);
+    const fallback = fastHttp(server.url, manifest);
+    const events: PullEvent[] = [];
+    const result = await pull(origin, dest, {
+      manifest,
+      fallbackOrigin: fallback,
+      onEvent: (event) => events.push(event),
+    });
+    await Promise.all([origin.close(), fallback.close()]);
+    assert.ok(await sameFiles(root, dest, MODEL_FILES));
+    assert.equal(result.piecesRejected, 1);
+    const rejected = events.filter((event) => event.type === 'piece-rejected');
+    assert.deepEqual(
+      rejected.map((event) => [event.path, event.piece, event.origin]),
+      [[target, 1, origin.location]],
+    );
+    // The fallback was asked for that piece only.
+    assert.equal(server.stats.bytesSent, PIECE);
   } finally {
     await server.close();
     await cleanup();

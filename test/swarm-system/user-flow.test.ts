@@ -416,4 +416,36 @@ describe('pull through the agent when a copy is wrong', { timeout: 120_000 }, ()
       { schedulerUrl: own.url },
     );
   });
+
+  it("fetches what a changed copy at another pull's destination gets wrong from the origin, and says so", async () => {
+    await withAgent(
+      'changed-copy',
+      async (agent) => {
+        const first = join(work.path, 'dest-changed');
+        await pullCli([origin.url, '--to', first, '--manifest', manifestPath], {
+          WEIGHTCAST_AGENT: agent.url,
+        });
+        assert.equal(agent.status(hex).filesDir, first);
+        // The user changes a byte of the model the agent wrote into their directory.
+        await damage(join(first, shard()), 70_000);
+        const second = join(work.path, 'dest-after-change');
+        const sentBefore = origin.stats.bytesSent;
+        const args = [origin.url, '--to', second, '--manifest', manifestPath, '--agent', agent.url];
+        const pulled = await pullText(args);
+        assert.equal(pulled.code, 0, pulled.stderr);
+        assert.match(
+          pulled.stderr,
+          new RegExp(
+            `the agent's copy at ${first} has changed since the agent verified it .*from the origin`,
+          ),
+        );
+        assert.equal(pulled.stderr.match(/has changed/g)?.length, 1, pulled.stderr);
+        assert.match(pulled.stdout, /verified again; 1 piece that changed there from the origin/);
+        assert.ok(await sameFiles(modelDir, second, paths));
+        // Only that piece came from the origin; the rest was copied, verified, from the agent's copy.
+        assert.equal(origin.stats.bytesSent - sentBefore, manifest.pieceSize);
+      },
+      { schedulerUrl: own.url },
+    );
+  });
 });

@@ -95,7 +95,8 @@ function isPlacedFromCache(placed: unknown): boolean {
 }
 
 /** How the files got to the destination; for files placed from the cache, how to check them. */
-function placementLine(placed: string, flags: PullFlags): string {
+function placementLine(summary: Record<string, unknown>, flags: PullFlags): string {
+  const placed = summary['placed'];
   const unhashed = `; not hashed again: weightcast verify ${flags.to} --manifest ${flags.manifest ?? 'M'} checks them`;
   switch (placed) {
     case 'direct':
@@ -106,8 +107,15 @@ function placementLine(placed: string, flags: PullFlags): string {
       return `hard-linked from the agent's cache (the files are the agent's too: do not modify them)${unhashed}`;
     case 'copy':
       return `copied from the agent's cache by the kernel (no reflinks on this file system)${unhashed}`;
-    default:
-      return "copied from the agent's files (or kept where already here) with every piece verified again";
+    default: {
+      const fromOrigin = Number(summary['piecesFromOrigin'] ?? 0);
+      return (
+        "copied from the agent's files (or kept where already here) with every piece verified again" +
+        (fromOrigin > 0
+          ? `; ${fromOrigin} ${fromOrigin === 1 ? 'piece' : 'pieces'} that changed there from the origin`
+          : '')
+      );
+    }
   }
 }
 
@@ -243,6 +251,10 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
           else if (status.filesAt !== 'destination' || status.filesDir === undefined)
             progress.log(`weightcast: the agent holds the verified model after ${formatSeconds(seconds)}`);
         },
+        onAgentCopyChanged: (dir, where) =>
+          progress.log(
+            `weightcast: the agent's copy at ${dir} has changed since the agent verified it (${where} does not match the manifest); fetching what it gets wrong from the origin`,
+          ),
         onDestinationRefused: (reason) =>
           progress.log(
             `weightcast: the agent cannot write into ${flags.to} (${reason}); copying the files out instead`,
@@ -257,6 +269,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
         peerBytes: status.peerBytes,
         corruptPieces: status.corruptPieces,
         placed: describePlacement(placement),
+        ...(placement.how === 'verified-copy' ? { piecesFromOrigin: placement.changedPieces } : {}),
       };
     }
     progress.finish();
@@ -272,7 +285,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
           (isPlacedFromCache(summary['placed'])
             ? '; the agent verified every piece against the manifest as it fetched it\n'
             : '; every piece verified against the manifest\n') +
-          (summary['placed'] === undefined ? '' : `${placementLine(summary['placed'] as string, flags)}\n`) +
+          (summary['placed'] === undefined ? '' : `${placementLine(summary, flags)}\n`) +
           `model ${String(summary['manifestDigest'])}\n`,
       );
     }
