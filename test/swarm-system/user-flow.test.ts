@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, symlink } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -376,7 +376,7 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
   });
 });
 
-describe('pull through the agent when a copy is wrong', { timeout: 120_000 }, () => {
+describe('pull through the agent when a copy or the manifest is wrong', { timeout: 120_000 }, () => {
   const shard = (): string => paths.find((path) => path.endsWith('.safetensors'))!;
   // A scheduler of their own: after the join refused above (IO), the shared one holds a new agent
   // of the model up for about 10 s (its host timeout).
@@ -444,6 +444,40 @@ describe('pull through the agent when a copy is wrong', { timeout: 120_000 }, ()
         assert.ok(await sameFiles(modelDir, second, paths));
         // Only that piece came from the origin; the rest was copied, verified, from the agent's copy.
         assert.equal(origin.stats.bytesSent - sentBefore, manifest.pieceSize);
+      },
+      { schedulerUrl: own.url },
+    );
+  });
+
+  it('names the manifest file of a manifest that is not valid, with exit 2, as without an agent', async () => {
+    await withAgent(
+      'bad-manifest',
+      async (agent) => {
+        const empty = join(work.path, 'empty.json');
+        await writeFile(empty, '');
+        const wrongFormat = join(work.path, 'wrong-format.json');
+        await writeFile(
+          wrongFormat,
+          JSON.stringify({ format: 'x', version: 1, pieceSize: 65536, files: [] }),
+        );
+        for (const [file, problem] of [
+          [empty, 'not valid JSON'],
+          [wrongFormat, 'not a weightcast manifest at format'],
+        ] as const) {
+          const dest = join(work.path, 'dest-bad-manifest');
+          const args = [origin.url, '--to', dest, '--manifest', file];
+          const through = await pullText([...args, '--agent', agent.url]);
+          const without = await pullText([...args, '--no-agent']);
+          for (const pulled of [through, without]) {
+            assert.equal(pulled.code, 2, pulled.stderr);
+            assert.ok(
+              pulled.stderr.startsWith(`weightcast: MANIFEST_INVALID: ${file}: ${problem}`),
+              pulled.stderr,
+            );
+          }
+          assert.equal(through.stderr, without.stderr);
+          assert.equal(existsSync(dest), false);
+        }
       },
       { schedulerUrl: own.url },
     );
