@@ -21,6 +21,7 @@ import { safeRelativePathProblem } from '../util/safe-path.js';
 import { Throttle } from '../util/throttle.js';
 import { writeDone } from '../util/write-done.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../util/server-limits.js';
+import { listenOn } from '../util/listen.js';
 
 export type FaultAction =
   /** Answer with this status (and `Retry-After` if given) instead of the file. */
@@ -127,13 +128,7 @@ export async function startFileServer(options: FileServerOptions): Promise<FileS
   server.on('connection', () => {
     context.stats.connections += 1;
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, host, options.port ?? 0);
   const port = (server.address() as AddressInfo).port;
   const close = (): Promise<void> =>
     new Promise<void>((resolve) => {

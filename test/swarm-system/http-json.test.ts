@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isWeightcastError } from '../../src/errors.js';
-import { callJson, listenOn, readJsonBody, sendJson } from '../../src/swarm/wire/http-json.js';
+import { callJson, readJsonBody, sendJson } from '../../src/swarm/wire/http-json.js';
+import { listenOn } from '../../src/util/listen.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 

@@ -49,7 +49,8 @@ import {
   parseMessage,
   syncReplySchema,
 } from '../wire/protocol.js';
-import { callJson, listenOn, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { callJson, readJsonBody, sendError, sendJson } from '../wire/http-json.js';
+import { listenOn } from '../../util/listen.js';
 import { PEER_WIRE_PATH } from '../wire/peer-frames.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { OpeningStore, type MemberStore } from './member-store.js';

@@ -10,7 +10,6 @@ import {
   Agent as HttpAgent,
   request as httpRequest,
   type IncomingMessage,
-  type Server,
   type ServerResponse,
 } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -234,19 +233,4 @@ export function remoteError(
 /** Codes another process may send us: the catalogue's `remote` ones (anything else is a protocol error). */
 function isRemoteCode(code: string): code is ErrorCode {
   return isErrorCode(code) && errorEntry(code).remote === true;
-}
-
-/** Starts listening; a taken port or a bad address becomes an IO error naming them. */
-export async function listenOn(server: Server, host: string, port: number): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    const onError = (error: Error): void =>
-      reject(
-        new WeightcastError('IO', `cannot listen on ${host}:${port}: ${error.message}`, {}, { cause: error }),
-      );
-    server.once('error', onError);
-    server.listen(port, host, () => {
-      server.off('error', onError);
-      resolve();
-    });
-  });
 }
