@@ -508,3 +508,21 @@ export function asIoError(error: unknown, what: string): unknown {
   const message = error instanceof Error ? error.message : String(error);
   return new WeightcastError('IO', `${what}: ${message}`, details, { cause: error });
 }
+
+/**
+ * Wraps the error of reading a file the user named: one that is not there (ENOENT, ENOTDIR) or is
+ * a directory (EISDIR) is bad input (USAGE, exit 2), said plainly; anything else is an IO error
+ * naming the file. `what` names the file's role ("the manifest").
+ */
+export function asInputFileError(error: unknown, what: string, path: string): WeightcastError {
+  if (error instanceof WeightcastError) return error;
+  const code = (error as { code?: unknown } | null)?.code;
+  const details: ErrorDetails = typeof code === 'string' ? { file: path, errno: code } : { file: path };
+  const options = { cause: error };
+  if (code === 'ENOENT' || code === 'ENOTDIR')
+    return new WeightcastError('USAGE', `${what} ${path} does not exist`, details, options);
+  if (code === 'EISDIR')
+    return new WeightcastError('USAGE', `${what} ${path} is a directory, not a file`, details, options);
+  const message = error instanceof Error ? error.message : String(error);
+  return new WeightcastError('IO', `cannot read ${what} ${path}: ${message}`, details, options);
+}

@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import * as s from '../util/schema.js';
-import { WeightcastError } from '../errors.js';
+import { WeightcastError, asInputFileError } from '../errors.js';
 import { DTYPES, type Dtype } from '../format/dtype.js';
 import { parseJsonDocument, schemaCheck } from '../util/json-document.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
@@ -254,14 +254,7 @@ export async function loadManifest(path: string, options: LoadManifestOptions = 
   try {
     bytes = await readFile(path, options.signal ? { signal: options.signal } : {});
   } catch (error) {
-    throw new WeightcastError(
-      'IO',
-      `cannot read manifest ${path}: ${(error as Error).message}`,
-      { file: path },
-      {
-        cause: error,
-      },
-    );
+    throw asInputFileError(error, 'the manifest', path);
   }
   const manifest = parseManifest(bytes, path);
   if (options.expectDigest !== undefined) {

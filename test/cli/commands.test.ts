@@ -158,8 +158,8 @@ test('bad input gets a typed error and exit code 2', async () => {
 
     const onFile = memoryIo();
     await writeFile(join(dir.path, 'a-file'), 'x');
-    assert.equal(await runCli(['pull', join(dir.path, 'm'), '--to', join(dir.path, 'a-file')], onFile), 1);
-    assert.match(onFile.err.join(''), /weightcast: IO: .*ENOTDIR/);
+    assert.equal(await runCli(['pull', join(dir.path, 'm'), '--to', join(dir.path, 'a-file')], onFile), 2);
+    assert.match(onFile.err.join(''), /weightcast: USAGE: --to .*a-file is a file, not a directory/);
 
     assert.equal(await runCli(['frobnicate'], memoryIo()), 2);
   } finally {

@@ -9,6 +9,7 @@ import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { corruptPieceText, originRetryReporter } from '../progress.js';
 import { originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
+import { checkDirectoryFlag } from './directory-flag.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
 import type { SeedNode } from '../../seed/node/seed-node.js';
 import { stat } from 'node:fs/promises';
@@ -56,6 +57,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       throw new WeightcastError('USAGE', `--port must be 0-65535, got ${flags.port}`);
     }
     serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
+    await checkDirectoryFlag(flags.cache, '--cache');
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');

@@ -5,12 +5,13 @@
  */
 
 import type { AccessFlags } from '../../auth/credentials.js';
-import { WeightcastError } from '../../errors.js';
+import { WeightcastError, asInputFileError } from '../../errors.js';
 import { open } from 'node:fs/promises';
 import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { corruptPieceText, createProgress, originRetryReporter } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
+import { checkDirectoryFlag } from './directory-flag.js';
 import type { AgentPlacement } from '../../swarm/agent-pull.js';
 import { findLocalAgent } from '../../swarm/local-agent.js';
 import { AGENT_PORT_DEFAULT } from '../../swarm/agent/defaults.js';
@@ -45,6 +46,11 @@ export interface PullFlags extends AccessFlags {
  * cannot (peers are trusted only for bytes a manifest names) and says so.
  */
 export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
+  try {
+    await checkDirectoryFlag(flags.to, '--to');
+  } catch (error) {
+    return reportError(io, error, flags.json === true);
+  }
   if (flags.scheduler !== undefined || typeof flags.agent === 'string')
     return swarmPullCommand(src, flags, io);
   if (flags.agent === false || flags.seeds !== undefined) return pullFromOrigin(src, flags, io);
@@ -134,13 +140,7 @@ async function readManifestFile(path: string, signal: AbortSignal | undefined): 
       await handle.close();
     }
   } catch (error) {
-    if (error instanceof WeightcastError) throw error;
-    throw new WeightcastError(
-      'IO',
-      `cannot read manifest ${path}: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
+    throw asInputFileError(error, 'the manifest', path);
   }
 }
 
