@@ -186,6 +186,11 @@ export const ERROR_CATALOGUE = {
     remote: true,
     summary: 'a symbolic link inside the destination, which a pull does not write through',
   },
+  PULL_DESTINATION_IN_USE: {
+    status: 500,
+    exit: 1,
+    summary: 'another pull on this machine is writing into that destination (`--to`)',
+  },
   // the swarm (src/swarm)
   SWARM_PROTOCOL: {
     status: 400,

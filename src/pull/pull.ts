@@ -15,6 +15,8 @@
  * Without a manifest the pull trusts the origin: a local origin is hashed first to build one; a remote
  * origin's pieces are hashed as they arrive (the store learns their digests, with the journal as the
  * reference on resume) and the manifest is written at the end.
+ *
+ * One pull at a time writes into a destination: a second one is refused at once (destination.ts).
  */
 
 import { createHash } from 'node:crypto';
@@ -43,9 +45,9 @@ import { PIECE_RETRIES_DEFAULT } from '../piece/verify.js';
 import { PieceMap } from '../piece/piece-map.js';
 import { PieceStore } from '../piece/store.js';
 import { carryAlignment, enableDirectIo, pieceBuffer } from '../piece/direct-io.js';
+import { STATE_DIR_NAME, lockDestination } from './destination.js';
 
-export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, PIECE_RETRIES_DEFAULT };
-export const STATE_DIR_NAME = '.weightcast';
+export { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, PIECE_RETRIES_DEFAULT, STATE_DIR_NAME };
 
 /**
  * For a remote origin the main thread drives the network, so the hash threads leave it a core:
@@ -142,6 +144,16 @@ interface FileReports {
 }
 
 export async function pull(origin: Origin, dest: string, options: PullOptions = {}): Promise<PullResult> {
+  // Before anything else, so that a second pull into `dest` fails at once (destination.ts).
+  const unlock = await lockDestination(dest);
+  try {
+    return await pullLocked(origin, dest, options);
+  } finally {
+    await unlock();
+  }
+}
+
+async function pullLocked(origin: Origin, dest: string, options: PullOptions): Promise<PullResult> {
   const controller = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
   const pool = new HashPool(options.hashThreads ?? hashThreadsDefault(origin));

@@ -3,7 +3,8 @@
  * for the duration (a piece server on `listen`, a member talking to the scheduler) and writes
  * straight into the destination: pieces land in `DIR/.weightcast/swarm/partial/`, each file moves
  * to its final name once every piece of it is verified, and an interrupted pull resumes from its
- * journal. (Through the agent of this machine instead: agent-pull.ts.)
+ * journal. One pull at a time writes into a destination, this kind or a pull from the origin
+ * (pull/destination.ts). (Through the agent of this machine instead: agent-pull.ts.)
  */
 
 import { join } from 'node:path';
@@ -12,7 +13,7 @@ import type { ServiceCredentials } from '../auth/gate.js';
 import type { ServerTls, ServiceAccess } from '../auth/transport.js';
 import { abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
-import { STATE_DIR_NAME } from '../pull/pull.js';
+import { STATE_DIR_NAME, lockDestination } from '../pull/destination.js';
 import { Agent, type AgentEvent, type ModelStatus } from './agent/agent.js';
 
 export interface SwarmPullOptions {
@@ -52,6 +53,20 @@ export interface SwarmPullResult {
 }
 
 export async function swarmPull(
+  source: string,
+  dest: string,
+  options: SwarmPullOptions,
+): Promise<SwarmPullResult> {
+  // The lock of a pull from the origin too: one pull at a time into `dest`, of either kind.
+  const unlock = await lockDestination(dest);
+  try {
+    return await swarmPullLocked(source, dest, options);
+  } finally {
+    await unlock();
+  }
+}
+
+async function swarmPullLocked(
   source: string,
   dest: string,
   options: SwarmPullOptions,

@@ -1,0 +1,212 @@
+/**
+ * One pull at a time into a destination: a second `weightcast pull` into the same `--to` (from the
+ * origin or with `--scheduler`) fails at once with PULL_DESTINATION_IN_USE naming the first one's
+ * PID, instead of both fetching the whole model until one fails on the other's renames. The lock
+ * goes with its pull (success, failure, Ctrl-C) and one left by a killed pull is taken over. Real
+ * pull processes; the origin (throttled, so a pull lasts a few seconds) and the scheduler run here.
+ */
+
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { buildManifest } from '../../src/manifest/build.js';
+import { writeManifest } from '../../src/manifest/manifest.js';
+import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { CLI } from '../../scripts/cluster.js';
+import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+
+const run = promisify(execFile);
+
+/** The model (about 1 MB) takes about 4 s at this rate: long enough to start a second pull. */
+const ORIGIN_BYTES_PER_SECOND = 256 * 1024;
+const WAIT_MS = 20_000;
+
+let work: { path: string; cleanup: () => Promise<void> };
+let modelDir: string;
+let manifestPath: string;
+let paths: string[];
+let origin: FileServer;
+let scheduler: SchedulerServer;
+const started: ChildProcess[] = [];
+
+before(async () => {
+  work = await tempDir('destination-lock');
+  modelDir = join(work.path, 'origin');
+  await writeSmallModel(modelDir);
+  const local = new LocalOrigin(modelDir);
+  const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+  manifestPath = join(work.path, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  paths = manifest.files.map((file) => file.path);
+  origin = await startFileServer({ root: modelDir, rateBytesPerSecond: ORIGIN_BYTES_PER_SECOND });
+  scheduler = await startScheduler();
+});
+
+after(async () => {
+  // Only the pulls this test started, by their PIDs, should a test have failed while they ran.
+  for (const child of started)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  await origin.close();
+  await scheduler.close();
+  await work.cleanup();
+});
+
+interface Running {
+  child: ChildProcess;
+  pid: number;
+  exited: Promise<{ code: number | null; stderr: string }>;
+}
+
+function startPull(dest: string, route: 'origin' | 'scheduler'): Running {
+  const routeArgs = route === 'origin' ? ['--no-agent'] : ['--scheduler', scheduler.url];
+  const child = spawn(
+    process.execPath,
+    [CLI, 'pull', origin.url, '--to', dest, '--manifest', manifestPath, ...routeArgs],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  started.push(child);
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<{ code: number | null; stderr: string }>((resolve) =>
+    child.once('exit', (code) => resolve({ code, stderr })),
+  );
+  assert.ok(child.pid !== undefined, 'the pull did not start');
+  return { child, pid: child.pid, exited };
+}
+
+async function within<T>(promise: Promise<T>, what: string): Promise<T> {
+  const timeout = sleep(WAIT_MS, undefined, { ref: false }).then(() => {
+    throw new Error(`${what} did not happen within ${WAIT_MS} ms`);
+  });
+  return Promise.race([promise, timeout]);
+}
+
+async function untilExists(path: string): Promise<void> {
+  for (let waited = 0; !existsSync(path); waited += 20) {
+    if (waited >= WAIT_MS) throw new Error(`${path} did not appear within ${WAIT_MS} ms`);
+    await sleep(20);
+  }
+}
+
+/** A second pull, run to its end: its exit code and what it printed. */
+async function secondPull(
+  dest: string,
+  route: 'origin' | 'scheduler',
+): Promise<{ code: number; stderr: string }> {
+  const routeArgs = route === 'origin' ? ['--no-agent'] : ['--scheduler', scheduler.url];
+  return run(
+    process.execPath,
+    [CLI, 'pull', origin.url, '--to', dest, '--manifest', manifestPath, ...routeArgs],
+    { timeout: WAIT_MS },
+  ).then(
+    () => assert.fail('the second pull should have been refused'),
+    (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
+  );
+}
+
+const lockOf = (dest: string): string => join(dest, '.weightcast', 'pull.lock');
+
+describe('two pulls into one destination', { timeout: 60_000 }, () => {
+  it('refuses the second at once, naming the first, which completes and leaves no lock', async () => {
+    const dest = join(work.path, 'plain');
+    const first = startPull(dest, 'origin');
+    await untilExists(lockOf(dest));
+    const second = await secondPull(dest, 'origin');
+    assert.equal(second.code, 1, second.stderr);
+    assert.match(
+      second.stderr,
+      new RegExp(
+        `PULL_DESTINATION_IN_USE: another pull \\(PID ${first.pid}\\) is writing into .*plain.*--to`,
+      ),
+    );
+    assert.equal(first.child.exitCode, null, 'the second pull should fail while the first one runs');
+    const done = await within(first.exited, 'the first pull ending');
+    assert.equal(done.code, 0, done.stderr);
+    assert.ok(await sameFiles(modelDir, dest, paths));
+    // What a pull leaves after success, as before the lock: the manifest and the state file.
+    assert.deepEqual((await readdir(join(dest, '.weightcast'))).sort(), ['manifest.json', 'pull.json']);
+  });
+
+  it('shares the lock between pull --scheduler and a pull from the origin', async () => {
+    const dest = join(work.path, 'swarm');
+    const first = startPull(dest, 'scheduler');
+    await untilExists(lockOf(dest));
+    for (const route of ['origin', 'scheduler'] as const) {
+      const second = await secondPull(dest, route);
+      assert.equal(second.code, 1, second.stderr);
+      assert.match(second.stderr, new RegExp(`PULL_DESTINATION_IN_USE: another pull \\(PID ${first.pid}\\)`));
+    }
+    const done = await within(first.exited, 'the first pull ending');
+    assert.equal(done.code, 0, done.stderr);
+    assert.ok(await sameFiles(modelDir, dest, paths));
+    assert.deepEqual(await readdir(join(dest, '.weightcast')), ['swarm']);
+    assert.equal(existsSync(join(dest, '.weightcast', 'swarm', 'agent.lock')), false);
+  });
+});
+
+describe('the lock goes with its pull', { timeout: 60_000 }, () => {
+  for (const route of ['origin', 'scheduler'] as const) {
+    it(`is released on Ctrl-C (${route}), and the same command then completes`, async () => {
+      const dest = join(work.path, `interrupted-${route}`);
+      const first = startPull(dest, route);
+      await untilExists(lockOf(dest));
+      first.child.kill('SIGINT');
+      const stopped = await within(first.exited, 'the interrupted pull ending');
+      assert.equal(stopped.code, 1, stopped.stderr);
+      assert.match(stopped.stderr, /ABORTED/);
+      assert.equal(existsSync(lockOf(dest)), false, 'an interrupted pull left its lock');
+      const again = await within(startPull(dest, route).exited, 'the pull run again ending');
+      assert.equal(again.code, 0, again.stderr);
+      assert.ok(await sameFiles(modelDir, dest, paths));
+      assert.equal(existsSync(lockOf(dest)), false);
+    });
+  }
+
+  it('left by a killed pull, is taken over by the next', async () => {
+    const dest = join(work.path, 'killed');
+    const first = startPull(dest, 'origin');
+    await untilExists(lockOf(dest));
+    first.child.kill('SIGKILL');
+    await within(first.exited, 'the killed pull ending');
+    assert.equal(existsSync(lockOf(dest)), true, 'a killed pull cannot remove its lock');
+    for (const route of ['scheduler', 'origin'] as const) {
+      const next = await within(startPull(dest, route).exited, `a ${route} pull after the kill ending`);
+      assert.equal(next.code, 0, next.stderr);
+      assert.equal(existsSync(lockOf(dest)), false);
+    }
+    assert.ok(await sameFiles(modelDir, dest, paths));
+  });
+
+  it('is released when the pull fails, and a source that does not answer leaves no directory', async () => {
+    const dest = join(work.path, 'failed');
+    const missing = await run(
+      process.execPath,
+      [CLI, 'pull', join(work.path, 'no-such-model'), '--to', dest, '--no-agent'],
+      { timeout: WAIT_MS },
+    ).then(
+      () => assert.fail('a pull of a missing directory should fail'),
+      (error: { code?: number; stderr?: string }) => error,
+    );
+    assert.equal(missing.code, 1, missing.stderr);
+    assert.equal(existsSync(dest), false, 'a pull of a missing source left its destination behind');
+    // The origin has no such files: the pull fails once it has started writing.
+    const notFound = await run(
+      process.execPath,
+      [CLI, 'pull', `${origin.url}nothing/`, '--to', dest, '--manifest', manifestPath, '--no-agent'],
+      { timeout: WAIT_MS },
+    ).then(
+      () => assert.fail('a pull of files the origin lacks should fail'),
+      (error: { code?: number; stderr?: string }) => error,
+    );
+    assert.equal(notFound.code, 1, notFound.stderr);
+    assert.match(notFound.stderr ?? '', /ORIGIN_NOT_FOUND/);
+    assert.equal(existsSync(lockOf(dest)), false, 'a failed pull left its lock');
+  });
+});
