@@ -5,8 +5,9 @@
  * that dies leaves it behind, and the next taker finds its PID dead.
  */
 
-import { mkdir, open, readFile, unlink } from 'node:fs/promises';
+import { open, readFile, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { makeDirectory } from './make-directory.js';
 
 /**
  * Takes the lock at `path` for this process and returns its release. While a live process holds it,
@@ -17,7 +18,7 @@ export async function takePidLock(
   path: string,
   held: (owner: number) => Error,
 ): Promise<() => Promise<void>> {
-  await mkdir(dirname(path), { recursive: true });
+  await makeDirectory(dirname(path));
   // Two tries: the second after taking over a lock its dead owner left.
   for (let attempt = 0; ; attempt++) {
     try {
