@@ -180,7 +180,8 @@ async function preparePull(
   const pieceSize = manifest?.pieceSize ?? options.pieceSize ?? PIECE_SIZE_DEFAULT;
   checkPieceSize(pieceSize);
   const model = manifest ?? (await unknownDigests(origin, pieceSize, signal));
-  // Created only once the source has answered, so a bad source leaves no directory behind.
+  // Created only once the source has answered, so a bad source leaves no directory behind (the lock's
+  // own go again with it: destination.ts).
   await mkdir(partialDir, { recursive: true });
   const map = new PieceMap(model);
   // The store reports each file it moves into place; until the plan is out the reports wait.
