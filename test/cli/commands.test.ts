@@ -129,6 +129,17 @@ test('bad input gets a typed error and exit code 2', async () => {
     );
     assert.match(wrongDigest.err.join(''), /MANIFEST_DIGEST_MISMATCH/);
 
+    // A digest with no manifest to check it against was ignored (exit 0); now it is a usage error.
+    const loneDigest = memoryIo();
+    assert.equal(
+      await runCli(
+        ['pull', join(dir.path, 'm'), '--to', join(dir.path, 'o1'), '--digest', 'sha256:' + '0'.repeat(64)],
+        loneDigest,
+      ),
+      2,
+    );
+    assert.match(loneDigest.err.join(''), /USAGE: --digest checks the manifest given with --manifest/);
+
     const usage = memoryIo();
     assert.equal(await runCli(['manifest', dir.path, '--piece-size', 'lots'], usage), 2);
     assert.match(usage.err.join(''), /USAGE: --piece-size/);

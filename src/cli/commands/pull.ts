@@ -48,6 +48,13 @@ export interface PullFlags extends AccessFlags {
 export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise<number> {
   try {
     await checkDirectoryFlag(flags.to, '--to');
+    // A digest is checked against a manifest file; without one the manifest is made from the
+    // origin as the bytes arrive, and the digest would only be known once the files are in place.
+    if (flags.digest !== undefined && flags.manifest === undefined)
+      throw new WeightcastError(
+        'USAGE',
+        '--digest checks the manifest given with --manifest: give the manifest file too',
+      );
   } catch (error) {
     return reportError(io, error, flags.json === true);
   }
