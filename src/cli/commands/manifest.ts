@@ -1,5 +1,9 @@
 /** `weightcast manifest SRC`: hash a model into its content-addressed manifest and print its name. */
 
+import { constants } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { WeightcastError } from '../../errors.js';
 import { buildManifest } from '../../manifest/build.js';
 import {
   encodeManifest,
@@ -30,6 +34,7 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
     const pieceSize =
       flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
     const threads = flags.threads === undefined ? undefined : parsePositiveInt(flags.threads, '--threads');
+    if (flags.out !== undefined) await checkWritable(flags.out);
     const origin = openSource(src, flags, progress);
     const started = performance.now();
     try {
@@ -75,5 +80,25 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
   } catch (error) {
     progress.finish();
     return reportError(io, error, json);
+  }
+}
+
+/**
+ * Refuses an --out that cannot be written before any hashing: a missing or read-only directory, or
+ * a directory where the file should go. Hashing a large model first would waste minutes.
+ */
+async function checkWritable(out: string): Promise<void> {
+  const refuse = (why: string): WeightcastError =>
+    new WeightcastError('USAGE', `--out ${out}: ${why}`, { file: out });
+  const existing = await stat(out).catch(() => undefined);
+  if (existing?.isDirectory() === true) throw refuse('is a directory');
+  const dir = dirname(resolve(out));
+  const parent = await stat(dir).catch(() => undefined);
+  if (parent === undefined) throw refuse(`directory ${dir} does not exist`);
+  if (!parent.isDirectory()) throw refuse(`${dir} is not a directory`);
+  try {
+    await access(existing === undefined ? dir : out, constants.W_OK);
+  } catch {
+    throw refuse(`${existing === undefined ? `directory ${dir}` : 'the file'} is not writable`);
   }
 }

@@ -1,0 +1,27 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { runCli } from '../../../src/cli/main.js';
+import { memoryIo } from '../../../src/cli/io.js';
+import { tempDir, writeSmallModel } from '../../helpers/fixtures.js';
+
+test('manifest --out that cannot be written is refused before anything is hashed', async () => {
+  const dir = await tempDir('cli-manifest-out');
+  try {
+    const model = join(dir.path, 'model');
+    await writeSmallModel(model);
+    const missing = memoryIo();
+    assert.equal(await runCli(['manifest', model, '--out', join(dir.path, 'nope', 'x.json')], missing), 2);
+    assert.match(missing.err.join(''), /USAGE: --out .*nope.x\.json: directory .*nope does not exist/);
+    // No progress line: the model was not read.
+    assert.doesNotMatch(missing.out.join('') + missing.err.join(''), /hashing/);
+
+    await mkdir(join(dir.path, 'a-dir'));
+    const onDir = memoryIo();
+    assert.equal(await runCli(['manifest', model, '--out', join(dir.path, 'a-dir')], onDir), 2);
+    assert.match(onDir.err.join(''), /USAGE: --out .*a-dir: is a directory/);
+  } finally {
+    await dir.cleanup();
+  }
+});
