@@ -13,6 +13,7 @@ import {
   writeManifest,
 } from '../../manifest/manifest.js';
 import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import { hashThreadsMax, HASH_THREADS_PER_CORE_MAX } from '../definitions/manifest.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import { openSource } from './shared.js';
@@ -33,7 +34,7 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
   try {
     const pieceSize =
       flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
-    const threads = flags.threads === undefined ? undefined : parsePositiveInt(flags.threads, '--threads');
+    const threads = flags.threads === undefined ? undefined : parseThreads(flags.threads);
     if (flags.out !== undefined) await checkWritable(flags.out);
     const origin = openSource(src, flags, progress);
     const started = performance.now();
@@ -81,6 +82,18 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
     progress.finish();
     return reportError(io, error, json);
   }
+}
+
+function parseThreads(text: string): number {
+  const threads = parsePositiveInt(text, '--threads');
+  const max = hashThreadsMax();
+  if (threads > max) {
+    throw new WeightcastError(
+      'USAGE',
+      `--threads ${threads} is more than ${HASH_THREADS_PER_CORE_MAX} per core (${max} on this machine): hashing gains nothing from threads beyond the cores`,
+    );
+  }
+  return threads;
 }
 
 /**
