@@ -506,7 +506,8 @@ export function assert(condition: unknown, message: string): asserts condition {
 export function asIoError(error: unknown, what: string): unknown {
   if (error instanceof WeightcastError) return error;
   const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string' || !code.startsWith('E')) return error;
+  // Errno names (ENOENT, ENOSPC, EAI_AGAIN); Node's own ERR_* codes are misuse, not I/O.
+  if (typeof code !== 'string' || !code.startsWith('E') || code.startsWith('ERR_')) return error;
   const path = (error as { path?: unknown }).path;
   const details: ErrorDetails = { errno: code };
   if (typeof path === 'string') details.file = path;

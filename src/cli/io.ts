@@ -51,7 +51,7 @@ export const EXIT_USAGE = 2;
  * object on stdout with `--json`. Returns the exit code to use.
  */
 export function reportError(io: CliIo, thrown: unknown, json: boolean): number {
-  const error = asIoError(thrown, 'file system');
+  const error = asIoError(thrown, systemCallLabel(thrown));
   if (isWeightcastError(error)) {
     if (json) io.stdout(JSON.stringify({ event: 'error', error: error.toJSON() }) + '\n');
     else io.stderr(`weightcast: ${error.code}: ${error.message}\n`);
@@ -62,6 +62,19 @@ export function reportError(io: CliIo, thrown: unknown, json: boolean): number {
   if (json) io.stdout(JSON.stringify({ event: 'error', error: { code: 'INTERNAL', message } }) + '\n');
   else io.stderr(`weightcast: internal error: ${message}\n`);
   return EXIT_FAILURE;
+}
+
+/**
+ * What a system error that reached the command unwrapped was doing, from its `syscall`: a host name
+ * lookup or a socket is not the file system, and a label that says so points the user the right way.
+ */
+function systemCallLabel(error: unknown): string {
+  const syscall = (error as { syscall?: unknown } | null)?.syscall;
+  if (syscall === 'getaddrinfo' || syscall === 'getnameinfo') return 'host name lookup';
+  if (syscall === 'listen' || syscall === 'bind' || syscall === 'connect' || syscall === 'accept')
+    return 'network';
+  if (typeof (error as { path?: unknown } | null)?.path === 'string') return 'file system';
+  return typeof syscall === 'string' ? `system call ${syscall}` : 'system';
 }
 
 /**

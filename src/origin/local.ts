@@ -46,7 +46,7 @@ export class LocalOrigin implements Origin {
   private closed = false;
 
   constructor(source: string, options: LocalOriginOptions = {}) {
-    this.rootPath = resolve(source.startsWith('file:') ? fileURLToPath(source) : source);
+    this.rootPath = resolve(source.startsWith('file:') ? filePath(source) : source);
     this.location = pathToFileURL(this.rootPath).href;
     this.openFilesMax = Math.max(1, options.openFilesMax ?? OPEN_FILES_MAX_DEFAULT);
     this.listEntriesMax = options.listEntriesMax ?? LIST_ENTRIES_MAX_DEFAULT;
@@ -301,4 +301,18 @@ function fsError(error: unknown, path: string): WeightcastError {
     { file: path },
     { cause: error },
   );
+}
+
+/** A file:// URL as a path; `file://relative/x` names a host, which a local origin cannot read. */
+function filePath(url: string): string {
+  try {
+    return fileURLToPath(url);
+  } catch (error) {
+    throw new WeightcastError(
+      'ORIGIN_UNSUPPORTED',
+      `${url} is not a local file URL (${(error as Error).message}); write file:///absolute/path or a plain path`,
+      { file: url },
+      { cause: error },
+    );
+  }
 }

@@ -10,7 +10,8 @@
 
 import { basename } from 'node:path';
 import { WeightcastError } from '../../errors.js';
-import { loadManifest, type Manifest } from '../../manifest/manifest.js';
+import type { Manifest } from '../../manifest/manifest.js';
+import { loadManifestFlag } from './manifest-flag.js';
 import { SHM_ROOT_DEFAULT } from '../../loader/stream/defaults.js';
 import { loadModel, type LoadModelResult } from '../../loader/stream/load-model.js';
 import { readPlanManifest } from '../../loader/plan/files.js';
@@ -67,7 +68,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
     const to = flags.to ?? `${SHM_ROOT_DEFAULT}/${outputName(src)}`;
     let manifest: Manifest | undefined;
     if (flags.manifest !== undefined) {
-      manifest = await loadManifest(flags.manifest, {
+      manifest = await loadManifestFlag(flags.manifest, {
         signal: io.signal,
         ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
       });
@@ -170,7 +171,7 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
     const manifest =
       flags.manifest === undefined
         ? undefined
-        : await loadManifest(flags.manifest, {
+        : await loadManifestFlag(flags.manifest, {
             signal: io.signal,
             ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
           });

@@ -6,7 +6,7 @@
  */
 
 import { WeightcastError } from '../../errors.js';
-import { loadManifest } from '../../manifest/manifest.js';
+import { loadManifestFlag } from './manifest-flag.js';
 import {
   PRESHARD_LAYOUTS,
   type PreshardLayout,
@@ -45,7 +45,7 @@ export async function preshardCommand(src: string, flags: PreshardFlags, io: Cli
     const manifest =
       flags.manifest === undefined
         ? undefined
-        : await loadManifest(flags.manifest, {
+        : await loadManifestFlag(flags.manifest, {
             signal: io.signal,
             ...(flags.digest === undefined ? {} : { expectDigest: flags.digest }),
           });

@@ -7,6 +7,7 @@ import { parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../swarm-flags.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
+import { listenError } from './shared.js';
 import type { CatalogRoutes } from '../../seed/catalog/routes.js';
 import type { CatalogStore } from '../../seed/catalog/store.js';
 
@@ -64,6 +65,8 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
           io.stdout(`host ${event.host} (${event.name}) registered holding ${event.held} pieces\n`);
         else io.stdout(`host ${event.host} left\n`);
       },
+    }).catch((error: unknown) => {
+      throw listenError(error, flags.host);
     });
     await serveUntilInterrupted(io, json, 'scheduler', { url: scheduler.url });
     await scheduler.close();

@@ -11,6 +11,7 @@ import { serverTlsFrom } from '../../auth/credentials.js';
 import { fileServerOptions } from '../../origin/file-server-main.js';
 import { EXIT_OK, reportError, untilInterrupted, type CliIo } from '../io.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
+import { listenError } from './shared.js';
 
 export interface ServeFlags extends ServerLimitFlags {
   port: string;
@@ -35,7 +36,9 @@ export async function serveCommand(dir: string, flags: ServeFlags, io: CliIo): P
       () => false,
     );
     if (!isDirectory) throw new WeightcastError('USAGE', `serve: ${dir} is not a directory`);
-    const server = await startFileServer(options);
+    const server = await startFileServer(options).catch((error: unknown) => {
+      throw listenError(error, flags.host);
+    });
     try {
       io.stdout(JSON.stringify({ url: server.url }) + '\n');
       await untilInterrupted(io);

@@ -43,3 +43,18 @@ export function originRetryBudgetMs(text: string): number {
   }
   return Math.round(seconds * 1000);
 }
+
+/** A service's --host that this machine cannot listen on is a bad flag value, not a failed job. */
+export function listenError(error: unknown, host: string): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME')
+    return new WeightcastError('USAGE', `--host ${host}: no such host name or address`, {}, { cause: error });
+  if (code === 'EADDRNOTAVAIL')
+    return new WeightcastError(
+      'USAGE',
+      `--host ${host}: not an address of this machine`,
+      {},
+      { cause: error },
+    );
+  return error;
+}
