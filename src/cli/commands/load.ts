@@ -54,12 +54,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
   const json = flags.json === true;
   const progress = createProgress(io, 'loading', json);
   try {
-    if (flags.agent !== undefined || flags.planManifest !== undefined || flags.stage !== undefined) {
-      throw new WeightcastError(
-        'USAGE',
-        '--agent, --plan-manifest and --stage load one rank: give --tp and --rank',
-      );
-    }
+    refuseRankFlags(flags);
     const format = parseFormat(flags.format);
     const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * MiB;
     const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
@@ -128,6 +123,47 @@ function renderModelSummary(result: LoadModelResult & { peakRssBytes: number }):
   );
 }
 
+/**
+ * The flags of a one-rank load, given without --tp and --rank: refused rather than ignored (a
+ * whole-model load with `--order random` or `--pp 0` used to exit 0). Their values are checked
+ * first, so that a bad one gets the message `plan` gives for it.
+ */
+function refuseRankFlags(flags: LoadFlags): void {
+  parseOrder(flags.order);
+  if (flags.pp !== undefined) parsePositiveInt(flags.pp, '--pp');
+  if (flags.ep !== undefined) parsePositiveInt(flags.ep, '--ep');
+  if (flags.partMb !== undefined) parsePositiveInt(flags.partMb, '--part-mb');
+  const given = Object.entries(RANK_FLAGS)
+    .filter(([key]) => flags[key as keyof typeof RANK_FLAGS] !== undefined)
+    .map(([, flag]) => flag);
+  if (given.length > 0) {
+    throw new WeightcastError(
+      'USAGE',
+      `${given.join(', ')} ${given.length === 1 ? 'applies' : 'apply'} to loading one rank: give --tp and --rank`,
+    );
+  }
+}
+
+const RANK_FLAGS = {
+  pp: '--pp',
+  stage: '--stage',
+  ep: '--ep',
+  weights: '--weights',
+  replicateUnknown: '--replicate-unknown',
+  planManifest: '--plan-manifest',
+  planDigest: '--plan-digest',
+  agent: '--agent',
+  order: '--order',
+  partMb: '--part-mb',
+} as const satisfies Partial<Record<keyof LoadFlags, string>>;
+
+function parseOrder(text: string | undefined): 'model' | 'file' {
+  const order = text ?? 'model';
+  if (order !== 'model' && order !== 'file')
+    throw new WeightcastError('USAGE', `--order must be model or file, got ${JSON.stringify(order)}`);
+  return order;
+}
+
 function parseFormat(text: string): 'hf' | 'shm' {
   if (text === 'hf' || text === 'shm') return text;
   throw new WeightcastError(
@@ -165,9 +201,7 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
     if (format !== 'shm' && flags.to === undefined)
       throw new WeightcastError('USAGE', `--format ${format} needs --to DIR`);
     const to = flags.to ?? `${SHM_ROOT_DEFAULT}/${outputName(src)}-rank-${rank}`;
-    const order = flags.order ?? 'model';
-    if (order !== 'model' && order !== 'file')
-      throw new WeightcastError('USAGE', `--order must be model or file, got ${JSON.stringify(order)}`);
+    const order = parseOrder(flags.order);
     const manifest =
       flags.manifest === undefined
         ? undefined

@@ -19,20 +19,16 @@ export const registerLoad: RegisterCommand = (program, io, setExitCode) => {
     )
     .option('--tp <n>', 'load one rank of this many tensor-parallel ranks (slice-aware fetch)')
     .option('--rank <r>', 'the rank to load (within --stage when given, else global)')
-    .option('--pp <n>', 'pipeline stages', '1')
+    .option('--pp <n>', 'pipeline stages (default 1)')
     .option('--stage <s>', 'the pipeline stage of --rank')
-    .option('--ep <n>', 'expert-parallel groups per stage', '1')
+    .option('--ep <n>', 'expert-parallel groups per stage (default 1)')
     .option('--weights <list>', 'relative sizes of the tp ranks, e.g. 3,1 (default: even)')
     .option('--replicate-unknown', 'replicate tensors no plan rule covers instead of failing')
     .option('--plan-manifest <file>', 'fetch exactly the slices and check each against this plan manifest')
     .option('--plan-digest <sha256>', 'refuse the plan manifest unless its digest is this')
     .option('--agent <url>', 'read through the weightcast agent on this machine (needs --manifest)')
-    .option(
-      '--order <order>',
-      'slice reads: model (first layer first, default) or file (one stream)',
-      'model',
-    )
-    .option('--part-mb <mb>', 'sharded-state: MiB of tensors per part file', String(5 * 1024))
+    .option('--order <order>', 'slice reads: model (first layer first, default) or file (one stream)')
+    .option('--part-mb <mb>', `sharded-state: MiB of tensors per part file (default ${5 * 1024})`)
     .option(
       '--memory-mb <mb>',
       'memory budget for bytes in flight and not yet written',
