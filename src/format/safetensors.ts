@@ -86,13 +86,7 @@ function fail(code: ErrorCode, file: string, problem: string, tensor?: string): 
 /** Decodes and checks the 8-byte prefix; returns N. */
 export function readHeaderLength(prefix: Uint8Array, fileSize: number, file: string): number {
   const available = Math.min(prefix.length, fileSize);
-  if (available < LENGTH_PREFIX_BYTES) {
-    throw fail(
-      'SAFETENSORS_HEADER_TOO_SMALL',
-      file,
-      `${available} bytes, too short for the 8-byte header length`,
-    );
-  }
+  if (available < LENGTH_PREFIX_BYTES) throw tooShort(available, file);
   const length = new DataView(prefix.buffer, prefix.byteOffset, LENGTH_PREFIX_BYTES).getBigUint64(0, true);
   if (length > BigInt(HEADER_BYTES_MAX)) {
     throw fail(
@@ -103,6 +97,10 @@ export function readHeaderLength(prefix: Uint8Array, fileSize: number, file: str
   }
   checkHeaderFits(Number(length), fileSize, file);
   return Number(length);
+}
+
+function tooShort(bytes: number, file: string): WeightcastError {
+  return fail('SAFETENSORS_HEADER_TOO_SMALL', file, `${bytes} bytes, too short for the 8-byte header length`);
 }
 
 function checkHeaderFits(headerLength: number, fileSize: number, file: string): void {
@@ -144,7 +142,8 @@ export async function readSafetensorsHeader(
   options: { signal?: AbortSignal } = {},
 ): Promise<SafetensorsHeader> {
   const { signal } = options;
-  if (fileSize < LENGTH_PREFIX_BYTES) readHeaderLength(new Uint8Array(0), fileSize, file);
+  // Said before any read, with the file's own size (it was read as an empty prefix: "0 bytes").
+  if (fileSize < LENGTH_PREFIX_BYTES) throw tooShort(fileSize, file);
   const prefix = await readExactly(read, 0, LENGTH_PREFIX_BYTES, file, signal);
   const headerLength = readHeaderLength(prefix, fileSize, file);
   // An empty header is invalid JSON; skipping the read spares origins a zero-length range request.

@@ -356,6 +356,15 @@ describe('reading', () => {
     assert.deepEqual(calls, []);
   });
 
+  test('a file too short for the length prefix is reported with its own size', async () => {
+    const path = join(scratch, 'three-bytes.safetensors');
+    await writeFile(path, 'abc');
+    await assert.rejects(readSafetensorsHeaderFromFile(path), {
+      code: 'SAFETENSORS_HEADER_TOO_SMALL',
+      message: `${path}: 3 bytes, too short for the 8-byte header length`,
+    });
+  });
+
   test('an aborted signal stops before reading', async () => {
     const calls: Array<[number, number]> = [];
     const controller = new AbortController();
