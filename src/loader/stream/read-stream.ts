@@ -319,9 +319,15 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     if (largest !== undefined && (affordable < 1 || largestBytes > this.memoryBytes - carry)) {
       const item = largest.items.reduce((a, b) => (b.bytes > a.bytes ? b : a));
       const name = options.describe?.(item.request.tag) ?? `bytes ${largest.bufStart}..${largest.bufEnd}`;
+      // A part's buffer is not its tensor's size: name both, or the figure reads as a wrong size.
+      const whole = this.parts.get(item.request)?.request;
+      const what =
+        whole === undefined
+          ? name
+          : `a part of ${name} (${requestBytes(whole)} bytes, read in parts of at most ${options.partBytes})`;
       throw new WeightcastError(
         'LOADER_TENSOR_TOO_LARGE',
-        `${largest.file}: ${name} needs ${largestBytes} bytes of buffer` +
+        `${largest.file}: ${what} needs ${largestBytes} bytes of buffer` +
           (carry > 0 ? ` plus ${carry} for a piece carried between buffers` : '') +
           `, over the memory budget of ${this.memoryBytes} bytes; raise the budget`,
         { file: largest.file, bytesNeeded: largestBytes + carry, memoryBytes: this.memoryBytes },
@@ -571,7 +577,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
   private splitRequests(requests: readonly ReadRequest<T>[], partBytes: number): Array<ReadRequest<T>> {
     const out: Array<ReadRequest<T>> = [];
     for (const request of requests) {
-      const total = request.ranges.reduce((sum, range) => sum + (range.end - range.start), 0);
+      const total = requestBytes(request);
       if (total <= partBytes) {
         out.push(request);
         continue;
@@ -662,4 +668,8 @@ function leastBy<X>(items: readonly X[], key: (item: X) => number): X | undefine
     }
   }
   return best;
+}
+
+function requestBytes<T>(request: ReadRequest<T>): number {
+  return request.ranges.reduce((sum, range) => sum + (range.end - range.start), 0);
 }

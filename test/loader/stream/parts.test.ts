@@ -244,3 +244,20 @@ test('a failed write in flight is thrown by the next write or by drain', async (
   await assert.rejects(pipeline.drain(), /disk full/);
   assert.equal(released, 1, 'the held bytes were let go');
 });
+
+test('a part over the budget is named as a part of its tensor, with the tensor size', () =>
+  withModel('parts-over-budget', async (model) => {
+    const [name, bytes] = [...model.tensors].reduce((a, b) => (b[1].length > a[1].length ? b : a));
+    assert.ok(bytes.length > 32 * KiB, 'the largest tensor is cut into parts');
+    await assert.rejects(
+      async () => {
+        const tensors = loadTensors(model.dir, { memoryBytes: 16 * KiB, partBytes: 32 * KiB });
+        for await (const tensor of tensors) void tensor;
+      },
+      (error: unknown) =>
+        isWeightcastError(error, 'LOADER_TENSOR_TOO_LARGE') &&
+        error.message.includes(
+          `a part of tensor "${name}" (${bytes.length} bytes, read in parts of at most ${32 * KiB}) needs`,
+        ),
+    );
+  }));
