@@ -1,15 +1,16 @@
 /**
  * Checks a directory against a manifest: every file present with the right size, every piece's
  * SHA-256 equal to the manifest's. Reports which files and which pieces are bad rather than
- * stopping at the first problem, so an operator knows exactly what to fetch again.
+ * stopping at the first problem, so an operator knows exactly what to fetch again. Files the
+ * directory holds beyond the manifest's are listed too, as a note: they do not make it fail.
  */
 
-import { stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { HashPool } from './hash-pool.js';
 import { pieceCount, type Manifest, type ManifestFile } from './manifest.js';
 
-export type FileVerdict = 'ok' | 'missing' | 'size-mismatch' | 'corrupt';
+export type FileVerdict = 'ok' | 'missing' | 'not-a-file' | 'size-mismatch' | 'corrupt';
 
 export interface FileReport {
   path: string;
@@ -24,7 +25,15 @@ export interface VerifyReport {
   ok: boolean;
   files: FileReport[];
   bytesChecked: number;
+  /**
+   * Files in the directory the manifest does not list, sorted, at most EXTRA_FILES_MAX; hidden
+   * directories (a pull's `.weightcast` state, a hub cache) are not looked into.
+   */
+  extraFiles: string[];
 }
+
+/** The extra files a report lists at most: enough to tell what is there, bounded for huge trees. */
+export const EXTRA_FILES_MAX = 1000;
 
 export interface VerifyOptions {
   threads?: number;
@@ -52,7 +61,9 @@ export async function verifyDirectory(
         verifyFile(join(dir, file.path), file, manifest.pieceSize, pool, progress, options.signal),
       ),
     );
-    return { ok: files.every((f) => f.verdict === 'ok'), files, bytesChecked: done };
+    const listed = new Set(manifest.files.map((file) => file.path));
+    const extraFiles = await filesNotListed(dir, listed);
+    return { ok: files.every((f) => f.verdict === 'ok'), files, bytesChecked: done, extraFiles };
   } finally {
     await pool.close();
   }
@@ -69,7 +80,10 @@ async function verifyFile(
   const report: FileReport = { path: file.path, verdict: 'ok', expectedSize: file.size, badPieces: [] };
   let actualSize: number;
   try {
-    actualSize = (await stat(path)).size;
+    const stats = await stat(path);
+    // A directory's size is its block size (4096): reported as a size mismatch it misled.
+    if (!stats.isFile()) return { ...report, verdict: 'not-a-file' };
+    actualSize = stats.size;
   } catch {
     return { ...report, verdict: 'missing' };
   }
@@ -91,4 +105,23 @@ async function verifyFile(
   await Promise.all(tasks);
   report.badPieces.sort((a, b) => a - b);
   return { ...report, actualSize, verdict: report.badPieces.length > 0 ? 'corrupt' : 'ok' };
+}
+
+/** Regular files under `dir` whose relative paths are not in `listed`, breadth first, bounded. */
+async function filesNotListed(dir: string, listed: ReadonlySet<string>): Promise<string[]> {
+  const extra: string[] = [];
+  const pending = [''];
+  for (let next = pending.shift(); next !== undefined; next = pending.shift()) {
+    const entries = await readdir(join(dir, next), { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      const path = next === '' ? entry.name : `${next}/${entry.name}`;
+      if (entry.isDirectory()) {
+        if (!entry.name.startsWith('.')) pending.push(path);
+      } else if (entry.isFile() && !listed.has(path)) {
+        extra.push(path);
+        if (extra.length >= EXTRA_FILES_MAX) return extra.sort();
+      }
+    }
+  }
+  return extra.sort();
 }

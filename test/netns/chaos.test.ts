@@ -78,7 +78,12 @@ test('timed faults fire at 30 % of the fault-free time; rows get at least two mi
   assert.equal(diskFullBytes(1000), MiB);
 });
 
-const report = (files: VerifyReport['files']): VerifyReport => ({ ok: false, files, bytesChecked: 0 });
+const report = (files: VerifyReport['files']): VerifyReport => ({
+  ok: false,
+  files,
+  bytesChecked: 0,
+  extraFiles: [],
+});
 
 test('corrupt bytes: bad pieces at their length (the last one short), a wrong-size file whole, missing files none', () => {
   const check = checkCopy(

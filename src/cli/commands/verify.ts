@@ -1,7 +1,7 @@
 /** `weightcast verify DIR --manifest FILE`: which files and pieces of a local copy are bad. */
 
 import { loadManifestFlag } from './manifest-flag.js';
-import { verifyDirectory } from '../../manifest/verify.js';
+import { EXTRA_FILES_MAX, verifyDirectory } from '../../manifest/verify.js';
 import { formatBytes } from '../../util/units.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
@@ -34,9 +34,12 @@ export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo):
             ? `${file.badPieces.length} bad ${file.badPieces.length === 1 ? 'piece' : 'pieces'}: ${file.badPieces.slice(0, 20).join(', ')}${file.badPieces.length > 20 ? ', …' : ''}`
             : file.verdict === 'size-mismatch'
               ? `size ${file.actualSize ?? '?'} bytes, expected ${file.expectedSize}`
-              : formatBytes(file.expectedSize);
+              : file.verdict === 'not-a-file'
+                ? `not a regular file, expected ${file.expectedSize} bytes`
+                : formatBytes(file.expectedSize);
         io.stdout(`${file.verdict.padEnd(13)} ${file.path}  ${detail}\n`);
       }
+      if (report.extraFiles.length > 0) io.stdout(extraFilesNote(dir, report.extraFiles));
       const bad = report.files.filter((f) => f.verdict !== 'ok').length;
       io.stdout(
         report.ok
@@ -49,4 +52,14 @@ export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo):
     progress.finish();
     return reportError(io, error, json);
   }
+}
+
+const EXTRA_FILES_SHOWN = 20;
+
+/** A note, not a failure: files the manifest does not name do not make the copy bad. */
+function extraFilesNote(dir: string, extra: readonly string[]): string {
+  const count = extra.length >= EXTRA_FILES_MAX ? `${EXTRA_FILES_MAX} or more` : String(extra.length);
+  const shown =
+    extra.slice(0, EXTRA_FILES_SHOWN).join(', ') + (extra.length > EXTRA_FILES_SHOWN ? ', …' : '');
+  return `note: ${count} ${extra.length === 1 ? 'file' : 'files'} in ${dir} not in the manifest (not checked): ${shown}\n`;
 }
