@@ -149,7 +149,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
   private pool: ArenaHashPool | undefined;
   private readonly controller = new AbortController();
   private readonly callerSignal: AbortSignal | undefined;
-  private readonly onCallerAbort = (): void => this.fail(abortError(this.callerSignal, 'the load'));
+  private readonly onCallerAbort = (): void => this.fail(abortError(this.callerSignal, 'reading the model'));
   private readonly inflight = new Set<Promise<void>>();
   private readonly ready: Array<ReadyItem<T>> = [];
   /** The parts the stream reads in place of split requests, keyed by the part's own request. */
@@ -242,7 +242,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
   /** Called when the consumer leaves the loop early: cancels everything still running. */
   async return(): Promise<IteratorResult<Delivered<T>>> {
     if (this.itemsLeft > 0 && this.failure === undefined) {
-      this.failure = new WeightcastError('ABORTED', 'the consumer stopped the load');
+      this.failure = new WeightcastError('ABORTED', 'the consumer stopped reading the model');
       this.controller.abort(this.failure);
     }
     await this.shutdown();
@@ -253,7 +253,7 @@ export class ReadStream<T> implements AsyncIterableIterator<Delivered<T>> {
     if (this.started) return;
     this.started = true;
     if (this.callerSignal?.aborted === true) {
-      this.fail(abortError(this.callerSignal, 'the load'));
+      this.fail(abortError(this.callerSignal, 'reading the model'));
       return;
     }
     this.callerSignal?.addEventListener('abort', this.onCallerAbort, { once: true });
