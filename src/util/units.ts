@@ -75,3 +75,8 @@ export function formatSeconds(seconds: number): string {
   const minutes = Math.floor(seconds / 60);
   return `${minutes} min ${Math.round(seconds - minutes * 60)} s`;
 }
+
+/** `1 file`, `2 files`: a count with its noun (one that takes an s) in the right number. */
+export function countOf(count: number, noun: string): string {
+  return `${count} ${count === 1 ? noun : `${noun}s`}`;
+}

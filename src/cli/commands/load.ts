@@ -18,7 +18,7 @@ import { readPlanManifest } from '../../loader/plan/files.js';
 import type { ParallelismOptions } from '../../loader/plan/types.js';
 import { loadRank, type LoadRankResult } from '../../loader/slice/load-rank.js';
 import type { SliceFormat } from '../../loader/slice/outputs.js';
-import { formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../util/units.js';
+import { countOf, formatBytes, formatRate, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import { openSource } from './shared.js';
@@ -114,7 +114,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
 
 function renderModelSummary(result: LoadModelResult & { peakRssBytes: number }): string {
   return (
-    `loaded ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.files} files into ${result.to} (${result.format}) ` +
+    `loaded ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${countOf(result.files, 'file')} into ${result.to} (${result.format}) ` +
     `in ${formatSeconds(result.seconds)}, ${formatRate(result.bytes, result.seconds)}\n` +
     `peak RSS ${formatBytes(result.peakRssBytes)}; buffers at most ${formatBytes(result.residentBytesPeak)} of the ${formatBytes(result.memoryBytes)} budget\n` +
     (result.verified

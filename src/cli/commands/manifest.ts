@@ -12,7 +12,14 @@ import {
   totalPieces,
   writeManifest,
 } from '../../manifest/manifest.js';
-import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import {
+  countOf,
+  formatBytes,
+  formatRate,
+  formatSeconds,
+  parseByteSize,
+  parsePositiveInt,
+} from '../../util/units.js';
 import { hashThreadsMax, HASH_THREADS_PER_CORE_MAX } from '../definitions/manifest.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
@@ -70,7 +77,7 @@ export async function manifestCommand(src: string, flags: ManifestFlags, io: Cli
         if (flags.out === undefined) io.stdout(encodeManifest(manifest).toString('utf8'));
         const report = (text: string): void => (flags.out === undefined ? io.stderr(text) : io.stdout(text));
         report(
-          `${digest}\n${manifest.files.length} files, ${formatBytes(bytes)}, ${summary.pieces} pieces of ${formatBytes(manifest.pieceSize)}; ` +
+          `${digest}\n${countOf(manifest.files.length, 'file')}, ${formatBytes(bytes)}, ${countOf(summary.pieces, 'piece')} of ${formatBytes(manifest.pieceSize)}; ` +
             `hashed in ${formatSeconds(seconds)} (${formatRate(bytes, seconds)})${flags.out ? `; written to ${flags.out}` : ''}\n`,
         );
       }

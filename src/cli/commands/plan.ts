@@ -16,7 +16,7 @@ import type {
   RankPlan,
   RankTensor,
 } from '../../loader/plan/types.js';
-import { formatBytes, parsePositiveInt } from '../../util/units.js';
+import { countOf, formatBytes, parsePositiveInt } from '../../util/units.js';
 import { EXIT_OK, reportError, type CliIo } from '../io.js';
 import { printable, textTable } from '../../util/text-table.js';
 
@@ -62,7 +62,7 @@ export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Pro
         );
       else
         io.stdout(
-          `${renderText(plan, shown)}\n${digest}\nplan manifest with ${slices} slice digests over ${manifest.ranks.length} ranks written to ${flags.out}\n`,
+          `${renderText(plan, shown)}\n${digest}\nplan manifest with ${slices} slice digests over ${countOf(manifest.ranks.length, 'rank')} written to ${flags.out}\n`,
         );
       return EXIT_OK;
     }
@@ -101,7 +101,7 @@ function parseRank(text: string, ranks: number): number {
 function renderText(plan: ParallelPlan, ranks: readonly RankPlan[]): string {
   const layout = `tp ${plan.tp}, pp ${plan.pp}, ep ${plan.ep}${plan.weights === null ? '' : `, weights ${plan.weights.join(',')}`}`;
   const lines = [
-    `${plan.architecture}: ${layout}: ${plan.ranks.length} ranks; model ${formatBytes(plan.modelBytes)}; ` +
+    `${plan.architecture}: ${layout}: ${countOf(plan.ranks.length, 'rank')}; model ${formatBytes(plan.modelBytes)}; ` +
       `vocab ${plan.vocab.size} padded to ${plan.vocab.padded}`,
   ];
   for (const name of plan.skipped) lines.push(`skipped ${name} (not loaded by the model)`);

@@ -5,7 +5,14 @@ import type { Manifest } from '../../manifest/manifest.js';
 import { loadManifestFlag } from './manifest-flag.js';
 import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
 import type * as SeedRead from '../../seed/read/open.js';
-import { formatBytes, formatRate, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
+import {
+  countOf,
+  formatBytes,
+  formatRate,
+  formatSeconds,
+  parseByteSize,
+  parsePositiveInt,
+} from '../../util/units.js';
 import { SEED_READS_PER_NODE } from '../definitions/pull.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress, type Progress } from '../progress.js';
@@ -100,8 +107,8 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
           ? 'every piece hashed; checked against a manifest built from the origin itself (the origin is trusted)'
           : 'every piece verified against the manifest';
         io.stdout(
-          `pulled ${result.manifest.files.length} files, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
-            `(${formatRate(result.bytesFetched, seconds)} fetched; ${result.piecesReused} pieces reused, ${result.piecesRejected} rejected)\n` +
+          `pulled ${countOf(result.manifest.files.length, 'file')}, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
+            `(${formatRate(result.bytesFetched, seconds)} fetched; ${countOf(result.piecesReused, 'piece')} reused, ${result.piecesRejected} rejected)\n` +
             `${check}\nmodel ${result.manifestDigest}\n`,
         );
       }

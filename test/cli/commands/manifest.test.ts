@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { runCli } from '../../../src/cli/main.js';
@@ -40,6 +40,23 @@ test('manifest --threads above 4 per core is refused before any worker starts', 
     assert.match(many.err.join(''), /USAGE: --threads \d+ is more than 4 per core/);
     const most = memoryIo();
     assert.equal(await runCli(['manifest', model, '--threads', String(4 * availableParallelism())], most), 0);
+  } finally {
+    await dir.cleanup();
+  }
+});
+
+test('a one-file model is counted in the singular by manifest and pull', async () => {
+  const dir = await tempDir('cli-manifest-one');
+  try {
+    const model = join(dir.path, 'model');
+    await mkdir(model);
+    await writeFile(join(model, 'config.json'), '{}');
+    const made = memoryIo();
+    assert.equal(await runCli(['manifest', model, '--out', join(dir.path, 'm.json')], made), 0);
+    assert.match(made.out.join(''), /^1 file, 2 B, 1 piece of 256\.0 KiB; hashed/m);
+    const pulled = memoryIo();
+    assert.equal(await runCli(['pull', model, '--to', join(dir.path, 'copy'), '--no-agent'], pulled), 0);
+    assert.match(pulled.out.join(''), /^pulled 1 file, 2 B into .*; 0 pieces reused, 0 rejected\)$/m);
   } finally {
     await dir.cleanup();
   }

@@ -88,3 +88,9 @@ test('bad options exit 2 with typed errors', async () => {
   assert.equal(await runCli(['plan', join(root.path, 'nowhere'), '--tp', '1'], missing), 2);
   assert.match(missing.err.join(''), /PLAN_UNSUPPORTED_MODEL/);
 });
+
+test('one rank is counted in the singular', async () => {
+  const io = memoryIo();
+  assert.equal(await runCli(['plan', model, '--tp', '1'], io), 0);
+  assert.match(io.out.join(''), /^qwen2_moe: tp 1, pp 1, ep 1: 1 rank; model/);
+});
