@@ -42,6 +42,7 @@ export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Pro
       throw new WeightcastError('USAGE', '--hash needs --out FILE');
     if (flags.hash !== true && flags.out !== undefined)
       throw new WeightcastError('USAGE', '--out is only used with --hash');
+    refuseUrl(src);
     const source = await readModelDirectory(src, { signal: io.signal });
     const plan = buildParallelPlan(source, options);
     const rank = flags.rank === undefined ? undefined : parseRank(flags.rank, plan.ranks.length);
@@ -71,6 +72,16 @@ export async function planCommand(src: string, flags: PlanFlags, io: CliIo): Pro
     return EXIT_OK;
   } catch (error) {
     return reportError(io, error, json);
+  }
+}
+
+/** A plan reads config.json and the headers from disk: a URL was joined into a mangled path. */
+function refuseUrl(src: string): void {
+  if (/^[A-Za-z][A-Za-z0-9+.-]+:\/\//.test(src)) {
+    throw new WeightcastError(
+      'USAGE',
+      `plan needs a local model directory, not a URL (${src}): pull the model first, or load one rank straight from the URL with load --tp`,
+    );
   }
 }
 

@@ -94,3 +94,9 @@ test('one rank is counted in the singular', async () => {
   assert.equal(await runCli(['plan', model, '--tp', '1'], io), 0);
   assert.match(io.out.join(''), /^qwen2_moe: tp 1, pp 1, ep 1: 1 rank; model/);
 });
+
+test('plan of a URL says it needs a local model directory (the URL was mangled into a path)', async () => {
+  const url = memoryIo();
+  assert.equal(await runCli(['plan', 'http://host/', '--tp', '2'], url), 2);
+  assert.match(url.err.join(''), /USAGE: plan needs a local model directory, not a URL \(http:\/\/host\/\)/);
+});
