@@ -55,6 +55,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
   const progress = createProgress(io, 'loading', json);
   try {
     refuseRankFlags(flags);
+    refuseLoneDigests(flags);
     const format = parseFormat(flags.format);
     const memoryBytes = parsePositiveInt(flags.memoryMb, '--memory-mb') * MiB;
     const concurrency = parsePositiveInt(flags.concurrency, '--concurrency');
@@ -179,6 +180,20 @@ export function outputName(src: string): string {
   return name === '' || name === '.' || name === '..' ? 'model' : name;
 }
 
+/** A digest checks the file given beside it: without that file it would be ignored and the load pass unchecked. */
+function refuseLoneDigests(flags: LoadFlags): void {
+  if (flags.digest !== undefined && flags.manifest === undefined)
+    throw new WeightcastError(
+      'USAGE',
+      '--digest checks the manifest given with --manifest: give the manifest file too',
+    );
+  if (flags.planDigest !== undefined && flags.planManifest === undefined)
+    throw new WeightcastError(
+      'USAGE',
+      '--plan-digest checks the plan manifest given with --plan-manifest: give that file too',
+    );
+}
+
 /** `load --tp T --rank R ...`: one rank of a parallel layout, only the bytes its slices need. */
 async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promise<number> {
   const json = flags.json === true;
@@ -187,6 +202,7 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
     if (flags.tp === undefined || flags.rank === undefined) {
       throw new WeightcastError('USAGE', 'loading one rank needs both --tp and --rank');
     }
+    refuseLoneDigests(flags);
     const format = parseSliceFormat(flags.format);
     const parallel: ParallelismOptions = {
       tp: parsePositiveInt(flags.tp, '--tp'),

@@ -17,6 +17,12 @@ test('load of a whole model refuses the flags of a one-rank load instead of igno
         ['--order', 'file', '--pp', '2'],
         /USAGE: --pp, --order apply to loading one rank: give --tp and --rank/,
       ],
+      // A digest with nothing to check it against was ignored (exit 0).
+      [['--digest', 'sha256:' + '0'.repeat(64)], /USAGE: --digest checks the manifest given with --manifest/],
+      [
+        ['--tp', '1', '--rank', '0', '--plan-digest', 'sha256:abc'],
+        /USAGE: --plan-digest checks the plan manifest given with --plan-manifest/,
+      ],
     ];
     for (const [flags, message] of cases) {
       const io = memoryIo();
