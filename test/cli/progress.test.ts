@@ -53,7 +53,7 @@ test('pull of a 3-byte file reports 3 B and a readable rate', async () => {
     );
     assert.equal(code, 0, io.err.join(''));
     const summary = io.out.join('');
-    assert.match(summary, /pulled 1 files, 3 B into /);
+    assert.match(summary, /pulled 1 file, 3 B into /);
     assert.match(summary, /\(\d+(\.\d{1,2})? (B|KiB)\/s fetched/);
   } finally {
     await work.cleanup();

@@ -7,7 +7,7 @@ import { Agent, type AgentEvent } from '../../swarm/agent/agent.js';
 import { parseMbps, parsePositiveInt } from '../../util/units.js';
 import { reportError, serveUntilInterrupted, type CliIo } from '../io.js';
 import { corruptPieceText, originRetryReporter } from '../progress.js';
-import { originRetryBudgetMs } from './shared.js';
+import { listenError, originRetryBudgetMs } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
 import { checkDirectoryFlag } from './directory-flag.js';
 import { serverLimitsFromFlags, type ServerLimitFlags } from '../server-limit-flags.js';
@@ -91,6 +91,9 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       // For comparisons: WEIGHTCAST_PEER_WIRE=0 reads peers over HTTP ranges, as before the peer wire.
       ...(process.env['WEIGHTCAST_PEER_WIRE'] === '0' ? { peerWire: false } : {}),
       onEvent: (event) => printEvent(io, event, json),
+    }).catch((error: unknown) => {
+      // A --host this machine cannot listen on is a bad flag value, as for the scheduler and serve.
+      throw listenError(error, flags.host);
     });
     if (TRACE)
       io.stderr(JSON.stringify({ at: performance.timeOrigin + performance.now(), type: 'listening' }) + '\n');

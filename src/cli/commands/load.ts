@@ -10,8 +10,7 @@
 
 import { basename } from 'node:path';
 import { WeightcastError } from '../../errors.js';
-import type { Manifest } from '../../manifest/manifest.js';
-import { loadManifestFlag } from './manifest-flag.js';
+import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { SHM_ROOT_DEFAULT } from '../../loader/stream/defaults.js';
 import { loadModel, type LoadModelResult } from '../../loader/stream/load-model.js';
 import { readPlanManifest } from '../../loader/plan/files.js';
@@ -64,7 +63,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
     const to = flags.to ?? `${SHM_ROOT_DEFAULT}/${outputName(src)}`;
     let manifest: Manifest | undefined;
     if (flags.manifest !== undefined) {
-      manifest = await loadManifestFlag(flags.manifest, {
+      manifest = await loadManifest(flags.manifest, {
         signal: io.signal,
         ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
       });
@@ -221,7 +220,7 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
     const manifest =
       flags.manifest === undefined
         ? undefined
-        : await loadManifestFlag(flags.manifest, {
+        : await loadManifest(flags.manifest, {
             signal: io.signal,
             ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
           });

@@ -5,8 +5,8 @@
  * src/loader/preshard; this module parses flags and prints.
  */
 
+import { loadManifest } from '../../manifest/manifest.js';
 import { WeightcastError } from '../../errors.js';
-import { loadManifestFlag } from './manifest-flag.js';
 import {
   PRESHARD_LAYOUTS,
   type PreshardLayout,
@@ -45,7 +45,7 @@ export async function preshardCommand(src: string, flags: PreshardFlags, io: Cli
     const manifest =
       flags.manifest === undefined
         ? undefined
-        : await loadManifestFlag(flags.manifest, {
+        : await loadManifest(flags.manifest, {
             signal: io.signal,
             ...(flags.digest === undefined ? {} : { expectDigest: flags.digest }),
           });

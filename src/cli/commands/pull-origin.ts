@@ -1,8 +1,7 @@
 /** `weightcast pull SRC --to DIR` from the origin itself (or the seed tier): verified, resumable, memory-bounded. */
 
 import { errorEntry, isWeightcastError } from '../../errors.js';
-import type { Manifest } from '../../manifest/manifest.js';
-import { loadManifestFlag } from './manifest-flag.js';
+import { loadManifest, type Manifest } from '../../manifest/manifest.js';
 import { CONCURRENCY_DEFAULT, pull, type PullEvent } from '../../pull/pull.js';
 import type * as SeedRead from '../../seed/read/open.js';
 import {
@@ -45,7 +44,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
       flags.pieceSize === undefined ? undefined : parseByteSize(flags.pieceSize, '--piece-size');
     let manifest: Manifest | undefined;
     if (flags.manifest !== undefined) {
-      manifest = await loadManifestFlag(flags.manifest, {
+      manifest = await loadManifest(flags.manifest, {
         signal: io.signal,
         ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
       });

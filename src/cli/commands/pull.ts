@@ -7,7 +7,7 @@
 import type { AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError, asInputFileError } from '../../errors.js';
 import { open } from 'node:fs/promises';
-import { formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
+import { countOf, formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { corruptPieceText, createProgress, originRetryReporter } from '../progress.js';
 import { serviceUrlFlag } from './service-url.js';
@@ -285,7 +285,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
       io.stdout(JSON.stringify({ event: 'done', verified: true, seconds, to: flags.to, ...summary }) + '\n');
     else {
       io.stdout(
-        `pulled ${fileCount} files, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
+        `pulled ${countOf(fileCount, 'file')}, ${formatBytes(Number(summary['bytesTotal']))} into ${flags.to} in ${formatSeconds(seconds)} through the swarm\n` +
           `${formatBytes(Number(summary['originBytes']))} from the origin, ${formatBytes(Number(summary['peerBytes']))} from peers` +
           (typeof flags.agent === 'string' ? ' (by the agent)' : '') +
           // Placing from the cache reads no byte: the check to claim is the agent's, as it fetched them.

@@ -3,8 +3,7 @@
 import { resolveAccess, type AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError } from '../../errors.js';
 import { buildManifest } from '../../manifest/build.js';
-import { manifestDigest, type Manifest } from '../../manifest/manifest.js';
-import { loadManifestFlag } from './manifest-flag.js';
+import { loadManifest, manifestDigest, type Manifest } from '../../manifest/manifest.js';
 import { isPlacementPolicy, PLACEMENT_POLICIES, reportLayout } from '../../seed/plan/index.js';
 import { putModel } from '../../seed/put/put.js';
 import { formatBytes, formatSeconds, parseByteSize, parsePositiveInt } from '../../util/units.js';
@@ -41,9 +40,7 @@ export async function putCommand(src: string, flags: PutFlags, io: CliIo): Promi
     const access = (await resolveAccess(flags, { sendOperator: true })).client;
     const started = performance.now();
     let manifest: Manifest | undefined =
-      flags.manifest === undefined
-        ? undefined
-        : await loadManifestFlag(flags.manifest, { signal: io.signal });
+      flags.manifest === undefined ? undefined : await loadManifest(flags.manifest, { signal: io.signal });
     const files = manifest?.files.map((file) => ({ path: file.path, size: file.size }));
     const origin = openSource(
       src,

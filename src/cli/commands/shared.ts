@@ -46,7 +46,9 @@ export function originRetryBudgetMs(text: string): number {
 
 /** A service's --host that this machine cannot listen on is a bad flag value, not a failed job. */
 export function listenError(error: unknown, host: string): unknown {
-  const code = (error as { code?: unknown } | null)?.code;
+  // listenOn wraps the system error in IO ("cannot listen on ..."): its errno is the cause's.
+  const cause = error instanceof WeightcastError ? error.cause : error;
+  const code = (cause as { code?: unknown } | null | undefined)?.code;
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME')
     return new WeightcastError('USAGE', `--host ${host}: no such host name or address`, {}, { cause: error });
   if (code === 'EADDRNOTAVAIL')

@@ -1,6 +1,6 @@
 /** `weightcast verify DIR --manifest FILE`: which files and pieces of a local copy are bad. */
 
-import { loadManifestFlag } from './manifest-flag.js';
+import { loadManifest } from '../../manifest/manifest.js';
 import { EXTRA_FILES_MAX, verifyDirectory } from '../../manifest/verify.js';
 import { formatBytes } from '../../util/units.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
@@ -16,7 +16,7 @@ export async function verifyCommand(dir: string, flags: VerifyFlags, io: CliIo):
   const json = flags.json === true;
   const progress = createProgress(io, 'verifying', json);
   try {
-    const manifest = await loadManifestFlag(flags.manifest, {
+    const manifest = await loadManifest(flags.manifest, {
       signal: io.signal,
       ...(flags.digest !== undefined ? { expectDigest: flags.digest } : {}),
     });

@@ -19,11 +19,11 @@ test('bad input named on the command line exits 2 with a message that says what 
 
     const missing = await run(['verify', model, '--manifest', join(dir.path, 'nope.json')]);
     assert.equal(missing.code, 2);
-    assert.match(missing.err, /^weightcast: USAGE: --manifest .*nope\.json: no such file\n$/);
+    assert.match(missing.err, /^weightcast: USAGE: the manifest .*nope\.json does not exist\n$/);
 
     const directory = await run(['verify', model, '--manifest', dir.path]);
     assert.equal(directory.code, 2);
-    assert.match(directory.err, /USAGE: --manifest .*: is a directory/);
+    assert.match(directory.err, /USAGE: the manifest .* is a directory, not a file/);
 
     const relativeUrl = await run(['manifest', 'file://relative/x']);
     assert.equal(relativeUrl.code, 2);
