@@ -108,7 +108,12 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
         io.stdout(
           `pulled ${countOf(result.manifest.files.length, 'file')}, ${formatBytes(result.bytesTotal)} into ${flags.to} in ${formatSeconds(seconds)} ` +
             `(${formatRate(result.bytesFetched, seconds)} fetched; ${countOf(result.piecesReused, 'piece')} reused, ${result.piecesRejected} rejected)\n` +
-            `${check}\nmodel ${result.manifestDigest}\n`,
+            `${check}\nmodel ${result.manifestDigest}` +
+            // A manifest built here has the pull's piece size: its name is that of `weightcast
+            // manifest` with the same --piece-size, which otherwise picks one by the model's size.
+            (result.trust
+              ? ` (pieces of ${formatBytes(result.manifest.pieceSize)}: \`weightcast manifest --piece-size ${formatBytes(result.manifest.pieceSize).replace(' ', '')}\` gives the same name)\n`
+              : '\n'),
         );
       }
       return 0;
