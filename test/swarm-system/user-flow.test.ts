@@ -378,8 +378,8 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
 
 describe('pull through the agent when a copy or the manifest is wrong', { timeout: 120_000 }, () => {
   const shard = (): string => paths.find((path) => path.endsWith('.safetensors'))!;
-  // A scheduler of their own: after the join refused above (IO), the shared one holds a new agent
-  // of the model up for about 10 s (its host timeout).
+  // A scheduler of their own, so that nothing the tests above leave at the shared one (a refused
+  // join's host, which failed-join.test.ts shows is now undone) can hold these up.
   let own: SchedulerServer;
   before(async () => {
     own = await startScheduler();

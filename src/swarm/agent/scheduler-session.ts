@@ -11,7 +11,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Socket } from 'node:net';
 import type { ServiceAccess } from '../../auth/transport.js';
-import { WeightcastError, isWeightcastError } from '../../errors.js';
+import { WeightcastError, abortError, isWeightcastError } from '../../errors.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { callJson } from '../wire/http-json.js';
 import {
@@ -71,6 +71,18 @@ const REGISTER_RETRY_MS = 500;
 const REFUSALS = new Set(['UNAUTHORIZED', 'TLS_UNTRUSTED', 'SWARM_NAME_IN_USE', 'SWARM_DISTRUSTED']);
 const REGISTER_RETRY_MAX_MS = 2000;
 const SCHEDULER_TIMEOUT_MS = 10_000;
+/** How long leave() waits for a registration still on its way, to undo it. */
+const LEAVE_WAIT_MS = 2000;
+
+/** `promise`, or an abort error as soon as `signal` aborts (the promise itself goes on). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(abortError(signal, 'registering'));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(abortError(signal, 'registering'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
 /** An empty sync this often on the channel: the heartbeat (well inside the scheduler's host timeout). */
 const HEARTBEAT_MS = 2000;
 /** Weight of the newest sample in the running estimate of the scheduler round trip. */
@@ -81,6 +93,8 @@ export class SchedulerSession {
   host: number | undefined;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
   schedulerDown = false;
+  /** The registration request on its way, if any (see register and leave). */
+  private registering: Promise<unknown> | undefined;
   /** The kind of the last failure said (see lose): the same one again is not said again. */
   private lastLoss: string | undefined;
   /** Peers the scheduler last named, for fetching on its own: base URLs. */
@@ -124,10 +138,26 @@ export class SchedulerSession {
     }
   }
 
-  /** Leaves the swarm politely, if the scheduler answers. */
+  /**
+   * Leaves the swarm politely, if the scheduler answers; a registration still on its way (the
+   * member closed while it was) is waited for, up to LEAVE_WAIT_MS, and undone too.
+   */
   async leave(): Promise<void> {
-    const host = this.host;
+    let host = this.host;
     this.host = undefined;
+    const registering = this.registering;
+    this.registering = undefined;
+    if (host === undefined && registering !== undefined) {
+      const raw = await Promise.race([
+        registering.catch(() => undefined),
+        sleep(LEAVE_WAIT_MS, undefined, { ref: false }),
+      ]);
+      try {
+        host = parseMessage(registeredSchema, raw, 'register reply').host;
+      } catch {
+        return; // refused, failed or still unanswered: nothing to undo that we can name
+      }
+    }
     if (host === undefined) return;
     await callJson(`${this.swarmUrl()}/hosts/${host}`, 'the scheduler', {
       method: 'DELETE',
@@ -265,14 +295,19 @@ export class SchedulerSession {
       ...(identity.zone === undefined ? {} : { zone: identity.zone }),
       ...(identity.rack === undefined ? {} : { rack: identity.rack }),
     };
-    const post = (withManifest: boolean): Promise<unknown> =>
-      callJson(`${this.swarmUrl()}/hosts`, 'the scheduler', {
+    // The request itself is not cancelled when the member closes: the scheduler may already have
+    // made the host, and only its answer lets leave() undo that (else a host that never fetches
+    // keeps the origin reads it was given until the host timeout). The member stops waiting at once.
+    const post = (withManifest: boolean): Promise<unknown> => {
+      const posted = callJson(`${this.swarmUrl()}/hosts`, 'the scheduler', {
         method: 'POST',
         body: withManifest ? { ...message, manifest: this.options.manifestBytes.toString('utf8') } : message,
         timeoutMs: SCHEDULER_TIMEOUT_MS,
-        signal: this.options.signal,
         access: this.options.access,
       });
+      this.registering = posted;
+      return untilAborted(posted, this.options.signal);
+    };
     // A small manifest goes with the first try: agents joining a new model together would otherwise
     // each be told the model is unknown and ask again. A large one is sent only when asked for.
     const inline = this.options.manifestBytes.length <= this.options.manifestInlineBytesMax;
@@ -283,6 +318,7 @@ export class SchedulerSession {
       if (inline || !isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
       raw = await post(true);
     }
+    this.registering = undefined;
     const registered = parseMessage(registeredSchema, raw, 'register reply');
     // Reports of an earlier registration are void; its fetches may finish, but not report.
     this.reports.length = 0;
