@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { planSafetensorsLayout, SafetensorsFileWriter } from '../../src/format/safetensors-writer.js';
 import { buildManifest } from '../../src/manifest/build.js';
-import type { Manifest } from '../../src/manifest/manifest.js';
+import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 
 export async function tempDir(label: string): Promise<{ path: string; cleanup: () => Promise<void> }> {
@@ -83,6 +83,27 @@ export async function pullFixture(
   const manifest = await buildManifest(local, { pieceSize, threads });
   await local.close();
   return { root, dest: join(dir.path, 'dest'), manifest, cleanup: dir.cleanup };
+}
+
+/**
+ * The small model at `<dir>/origin` and its manifest (64 KiB pieces) written to
+ * `<dir>/manifest.json`: what the swarm's system tests serve, join and pull.
+ */
+export async function smallModelWithManifest(dir: string): Promise<{
+  modelDir: string;
+  manifest: Manifest;
+  manifestPath: string;
+  hex: string;
+  paths: string[];
+}> {
+  const modelDir = join(dir, 'origin');
+  await writeSmallModel(modelDir);
+  const local = new LocalOrigin(modelDir);
+  const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
+  const manifestPath = join(dir, 'manifest.json');
+  await writeManifest(manifestPath, manifest);
+  const hex = manifestDigest(manifest).slice('sha256:'.length);
+  return { modelDir, manifest, manifestPath, hex, paths: manifest.files.map((file) => file.path) };
 }
 
 /** A loopback port nothing listens on (taken, then freed): for "nobody answers" cases. */

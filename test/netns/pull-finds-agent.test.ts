@@ -16,12 +16,9 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { ChildRegistry, firstMatch, onAbruptEnd, stopChild } from '../../bench/netns/children.js';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, writeManifest } from '../../src/manifest/manifest.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { AGENT_PORT_DEFAULT } from '../../src/swarm/agent/defaults.js';
 import { CLI } from '../../scripts/cluster.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -71,14 +68,8 @@ before(async () => {
   await run('ip', ['-n', NAMESPACE, 'link', 'set', 'lo', 'up']);
 
   work = await tempDir('pull-finds-agent');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
-  hex = manifestDigest(manifest).slice('sha256:'.length);
-  paths = manifest.files.map((file) => file.path);
+  const fixture = await smallModelWithManifest(work.path);
+  ({ modelDir, manifestPath, hex, paths } = fixture);
   await mkdir(join(work.path, 'pulls'));
 
   const origin = await startService(['serve', modelDir, '--port', '0'], /^\{"url":"(.+)"\}$/, 'the origin');

@@ -14,13 +14,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { buildManifest } from '../../src/manifest/build.js';
-import { writeManifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { CLI } from '../../scripts/cluster.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -38,13 +35,8 @@ const started: ChildProcess[] = [];
 
 before(async () => {
   work = await tempDir('destination-lock');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
-  paths = manifest.files.map((file) => file.path);
+  const fixture = await smallModelWithManifest(work.path);
+  ({ modelDir, manifestPath, paths } = fixture);
   origin = await startFileServer({ root: modelDir, rateBytesPerSecond: ORIGIN_BYTES_PER_SECOND });
   scheduler = await startScheduler();
 });

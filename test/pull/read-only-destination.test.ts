@@ -11,12 +11,9 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { buildManifest } from '../../src/manifest/build.js';
-import { writeManifest } from '../../src/manifest/manifest.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { CLI } from '../../scripts/cluster.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 const isRoot = process.getuid?.() === 0;
@@ -32,12 +29,8 @@ let scheduler: SchedulerServer | undefined;
 
 before(async () => {
   work = await tempDir('read-only-destination');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  const manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
+  const fixture = await smallModelWithManifest(work.path);
+  ({ modelDir, manifestPath } = fixture);
   if (!isRoot) return;
   scheduler = await startScheduler();
   readOnly = join(work.path, 'ro');

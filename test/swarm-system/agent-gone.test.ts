@@ -12,14 +12,12 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { CLI, startProcess, stopProcess, type Proc } from '../../scripts/cluster.js';
 import { isWeightcastError } from '../../src/errors.js';
-import { buildManifest } from '../../src/manifest/build.js';
-import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { encodeManifest, manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { agentPull } from '../../src/swarm/agent-pull.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
-import { freePort, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { freePort, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -31,12 +29,9 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('agent-gone');
-  const modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
+  const fixture = await smallModelWithManifest(work.path);
+  const { modelDir } = fixture;
+  ({ manifest, manifestPath } = fixture);
   // ~100 KB/s: the model takes several seconds, so the pull is still waiting when its agent dies.
   server = await startFileServer({ root: modelDir, rateBytesPerSecond: 100_000 });
   scheduler = await startScheduler();

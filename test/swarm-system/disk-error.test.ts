@@ -24,12 +24,10 @@ import { mkdir, readdir, rm, rmdir, stat, truncate, writeFile } from 'node:fs/pr
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI, startProcess, stopProcess, type AgentStatus, type Proc } from '../../scripts/cluster.js';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 /** Every command and child here is bounded by this. */
 const COMMAND_TIMEOUT_MS = 30_000;
@@ -206,13 +204,9 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('disk-error');
-  const modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
-  hex = manifestDigest(manifest).slice('sha256:'.length);
+  const fixture = await smallModelWithManifest(work.path);
+  const { modelDir } = fixture;
+  ({ manifest, manifestPath, hex } = fixture);
   origin = await startFileServer({ root: modelDir });
   scheduler = await startScheduler();
 });

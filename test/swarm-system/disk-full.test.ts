@@ -11,15 +11,13 @@ import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { CLI } from '../../scripts/cluster.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 const isRoot = process.getuid?.() === 0;
@@ -36,12 +34,9 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('disk-full');
-  const modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
+  const fixture = await smallModelWithManifest(work.path);
+  const { modelDir } = fixture;
+  ({ manifest, manifestPath } = fixture);
   origin = await startFileServer({ root: modelDir });
   scheduler = await startScheduler();
   if (isRoot) {

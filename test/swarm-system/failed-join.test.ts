@@ -8,13 +8,11 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
+import { type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 let work: { path: string; cleanup: () => Promise<void> };
 let manifest: Manifest;
@@ -24,11 +22,9 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('failed-join');
-  const modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  hex = manifestDigest(manifest).slice('sha256:'.length);
+  const fixture = await smallModelWithManifest(work.path);
+  const { modelDir } = fixture;
+  ({ manifest, hex } = fixture);
   origin = await startFileServer({ root: modelDir });
   scheduler = await startScheduler();
 });

@@ -17,8 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { CLI } from '../../scripts/cluster.js';
 import { isWeightcastError } from '../../src/errors.js';
-import { buildManifest } from '../../src/manifest/build.js';
-import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { encodeManifest, manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer, type FaultHook } from '../../src/origin/file-server.js';
 import { HttpOrigin, type RetryEvent } from '../../src/origin/http.js';
 import { LocalOrigin } from '../../src/origin/local.js';
@@ -30,7 +29,7 @@ import { Throttle } from '../../src/util/throttle.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
-import { tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -45,12 +44,7 @@ const SHARD = 'model-00001-of-00002.safetensors';
 
 before(async () => {
   work = await tempDir('origin-faults');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
+  ({ modelDir, manifest, manifestPath } = await smallModelWithManifest(work.path));
   server = await startFileServer({ root: modelDir, faults: (request) => fault?.(request) });
   scheduler = await startScheduler();
 });

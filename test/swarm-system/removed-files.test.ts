@@ -9,13 +9,11 @@ import assert from 'node:assert/strict';
 import { readdir, readlink, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, type Manifest } from '../../src/manifest/manifest.js';
+import { type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent, type AgentEvent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 let work: { path: string; cleanup: () => Promise<void> };
 let modelDir: string;
@@ -27,12 +25,7 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('removed-files');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  hex = manifestDigest(manifest).slice('sha256:'.length);
-  paths = manifest.files.map((file) => file.path);
+  ({ modelDir, manifest, hex, paths } = await smallModelWithManifest(work.path));
   origin = await startFileServer({ root: modelDir });
   scheduler = await startScheduler();
 });

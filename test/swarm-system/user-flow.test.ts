@@ -15,15 +15,13 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { buildManifest } from '../../src/manifest/build.js';
-import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
+import { type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
-import { LocalOrigin } from '../../src/origin/local.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { findLocalAgent } from '../../src/swarm/local-agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { CLI } from '../../scripts/cluster.js';
-import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
+import { sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -38,14 +36,7 @@ let scheduler: SchedulerServer;
 
 before(async () => {
   work = await tempDir('user-flow');
-  modelDir = join(work.path, 'origin');
-  await writeSmallModel(modelDir);
-  const local = new LocalOrigin(modelDir);
-  manifest = await buildManifest(local, { pieceSize: 64 * 1024 }).finally(() => local.close());
-  manifestPath = join(work.path, 'manifest.json');
-  await writeManifest(manifestPath, manifest);
-  hex = manifestDigest(manifest).slice('sha256:'.length);
-  paths = manifest.files.map((file) => file.path);
+  ({ modelDir, manifest, manifestPath, hex, paths } = await smallModelWithManifest(work.path));
   origin = await startFileServer({ root: modelDir });
   scheduler = await startScheduler();
 });
