@@ -80,7 +80,8 @@ export async function placeFiles(
     bytes += file.size;
   }
   await rm(partialRoot, { recursive: true, force: true });
-  // The state folder goes too when nothing else (a pull's journal) is in it.
+  // The state folder goes too when nothing else (a pull's journal) is in it; while the pull's lock
+  // is, the lock's release removes it (pull/destination.ts).
   await rmdir(join(to, STATE_DIR_NAME)).catch(() => undefined);
   return { methods, bytes };
 }
