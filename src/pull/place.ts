@@ -14,7 +14,7 @@ import { copyFile, link, mkdir, open, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeightcastError, abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
-import { STATE_DIR_NAME } from './pull.js';
+import { STATE_DIR_NAME } from './destination.js';
 import { moveToFinalName } from '../piece/final-file.js';
 
 /** How a file reached its destination. */
