@@ -326,7 +326,9 @@ export class PieceStore {
   /**
    * Once every file is under its final name, the partial files' folders are empty: remove them and
    * their parent (`DIR/.weightcast/agent` and `DIR/.weightcast`: a destination should hold the model,
-   * not our scaffolding). Folders that are not empty (a pull's journal) stay.
+   * not our scaffolding). Folders that are not empty (a pull's journal) stay; so does
+   * `DIR/.weightcast` while the lock of the pull the agent writes for is in it, and the lock's
+   * release removes it (pull/destination.ts).
    */
   private async removeEmptyDataDirs(): Promise<void> {
     if (this.options.finalDir === undefined) return;

@@ -1,10 +1,13 @@
 /**
  * What a pull keeps in its destination: the state directory `.weightcast` (partial files, journal,
- * manifest: pull.ts, and `swarm/` for swarm-pull.ts) and the lock that lets one pull at a time
- * write there. Two pulls into one directory, from the origin or with `--scheduler`, would both fetch
- * the whole model and move each other's partial files away; the second is refused at once instead.
+ * manifest: pull.ts; `swarm/` for swarm-pull.ts; `agent/`, the partial files the agent writes for
+ * a pull through it: agent-pull.ts; `place/` for place.ts) and the lock that lets one pull at a
+ * time write there. Two pulls into one directory, from the origin, with `--scheduler` or through
+ * the agent, would both write a model there at once (fetching it twice, moving each other's partial
+ * files away); the second is refused at once instead.
  * The lock is `.weightcast/pull.lock` holding the pull's PID (util/pid-lock.ts): released however
- * the pull ends, taken over from a pull that was killed.
+ * the pull ends, taken over from a pull that was killed. Through the agent, the pull process holds
+ * it and the agent writes on its behalf beside it, never touching it.
  */
 
 import { rmdir, stat } from 'node:fs/promises';
@@ -19,14 +22,16 @@ export const PULL_LOCK_FILE = 'pull.lock';
  * Takes the lock of `dest` for this process and returns its release; PULL_DESTINATION_IN_USE while
  * another live pull holds it. The directories made only to hold the lock (the destination, its
  * `.weightcast`) go again with it if nothing else was put in them, so a pull that fails before it
- * writes (a source that does not answer) leaves nothing behind.
+ * writes (a source that does not answer) leaves nothing behind. `.weightcast` goes with the lock
+ * whenever it is left empty, made by this pull or not: the agent and placement remove their folders
+ * and then `.weightcast` once they are done, which they cannot do while the lock is in it.
  */
 export async function lockDestination(dest: string): Promise<() => Promise<void>> {
   const stateDir = join(dest, STATE_DIR_NAME);
   const made = await missingDirectories(stateDir);
-  const removeEmptyMade = async (): Promise<void> => {
+  const removeEmpty = async (dirs: readonly string[]): Promise<void> => {
     // Deepest first; one that is not empty keeps its parents too.
-    for (const dir of made)
+    for (const dir of dirs)
       if (
         !(await rmdir(dir).then(
           () => true,
@@ -46,12 +51,13 @@ export async function lockDestination(dest: string): Promise<() => Promise<void>
   try {
     release = await takePidLock(path, inUse);
   } catch (error) {
-    await removeEmptyMade();
+    await removeEmpty(made);
     throw asIoError(error, `cannot write into ${dest}`);
   }
   return async () => {
     await release();
-    await removeEmptyMade();
+    // `made` starts with the state directory when this pull made it.
+    await removeEmpty(made.length > 0 ? made : [stateDir]);
   };
 }
 

@@ -14,7 +14,7 @@ import { copyFile, link, mkdir, open, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeightcastError, abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
-import { STATE_DIR_NAME } from './pull.js';
+import { STATE_DIR_NAME } from './destination.js';
 import { moveToFinalName } from '../piece/final-file.js';
 
 /** How a file reached its destination. */
@@ -80,7 +80,8 @@ export async function placeFiles(
     bytes += file.size;
   }
   await rm(partialRoot, { recursive: true, force: true });
-  // The state folder goes too when nothing else (a pull's journal) is in it.
+  // The state folder goes too when nothing else (a pull's journal) is in it; while the pull's lock
+  // is, the lock's release removes it (pull/destination.ts).
   await rmdir(join(to, STATE_DIR_NAME)).catch(() => undefined);
   return { methods, bytes };
 }

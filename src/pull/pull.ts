@@ -153,7 +153,13 @@ export async function pull(origin: Origin, dest: string, options: PullOptions = 
   }
 }
 
-async function pullLocked(origin: Origin, dest: string, options: PullOptions): Promise<PullResult> {
+/**
+ * `pull` for a caller that holds the lock of `dest` already (lockDestination): a pull through the
+ * agent that copies the agent's files into its destination. Taking the lock again here would find
+ * this process's own PID, take it over as a dead pull's, and delete it at the end while the caller
+ * still relies on it.
+ */
+export async function pullLocked(origin: Origin, dest: string, options: PullOptions): Promise<PullResult> {
   const controller = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
   const pool = new HashPool(options.hashThreads ?? hashThreadsDefault(origin));

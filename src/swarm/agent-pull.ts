@@ -8,6 +8,9 @@
  * cannot read or the agent cannot write where asked; a piece the agent's copy gets wrong there
  * comes from the model's origin.
  *
+ * One pull at a time writes into a destination, whichever way it goes (pull/destination.ts): this
+ * process holds the destination's lock for as long as it runs, and the agent writes there for it.
+ *
  * This module is what a pull process runs on a host with an agent, so it stays light to load: the
  * placing and the verified copy are imported only when a pull needs them.
  */
@@ -16,6 +19,7 @@ import { createHash } from 'node:crypto';
 import { access, constants } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
 import { WeightcastError, isWeightcastError } from '../errors.js';
+import { lockDestination } from '../pull/destination.js';
 import type { Manifest } from '../manifest/manifest.js';
 import type { Origin } from '../origin/origin.js';
 import type { PlaceResult } from '../pull/place.js';
@@ -104,29 +108,51 @@ export async function agentPull(
   dest: string,
   options: AgentPullOptions,
 ): Promise<{ status: ModelStatus; placement: AgentPlacement }> {
-  const base = options.agentUrl.replace(/\/+$/, '');
-  const to = resolve(dest);
   let parsed: Manifest | undefined;
   const manifest = async (): Promise<Manifest> => {
     const { parseManifest } = await import('../manifest/manifest.js');
     parsed ??= parseManifest(options.manifestBytes, options.manifestName);
     return parsed;
   };
+  await checkDigest(options, manifest);
+  // The lock every pull takes (pull/destination.ts), where the others take it: once the user's
+  // input is checked, before the source (here the agent) is asked anything. The agent then writes
+  // into the destination on this process's behalf, beside the lock, until the pull ends.
+  const unlock = await lockDestination(dest);
+  try {
+    return await pullThroughAgent(source, dest, options, manifest);
+  } finally {
+    await unlock();
+  }
+}
+
+/** MANIFEST_DIGEST_MISMATCH unless the manifest's digest is the one asked for (`expectDigest`). */
+async function checkDigest(options: AgentPullOptions, manifest: () => Promise<Manifest>): Promise<void> {
+  const expected = options.expectDigest?.replace(/^sha256:/, '');
+  if (expected === undefined) return;
   // A manifest file is its canonical encoding, so its SHA-256 is the model's digest; a file that is
   // not (reformatted by hand) is parsed here to learn its digest before anything is asked of the agent.
-  let hex = createHash('sha256').update(options.manifestBytes).digest('hex');
-  const expected = options.expectDigest?.replace(/^sha256:/, '');
-  if (expected !== undefined && expected !== hex) {
-    const { manifestDigest } = await import('../manifest/manifest.js');
-    hex = manifestDigest(await manifest()).slice('sha256:'.length);
-    if (hex !== expected) {
-      throw new WeightcastError(
-        'MANIFEST_DIGEST_MISMATCH',
-        `${options.manifestName}: digest is sha256:${hex}, expected sha256:${expected}`,
-        { file: options.manifestName },
-      );
-    }
+  if (createHash('sha256').update(options.manifestBytes).digest('hex') === expected) return;
+  const { manifestDigest } = await import('../manifest/manifest.js');
+  const hex = manifestDigest(await manifest()).slice('sha256:'.length);
+  if (hex !== expected) {
+    throw new WeightcastError(
+      'MANIFEST_DIGEST_MISMATCH',
+      `${options.manifestName}: digest is sha256:${hex}, expected sha256:${expected}`,
+      { file: options.manifestName },
+    );
   }
+}
+
+/** The pull once its destination is locked: the agent's join, its progress, the files placed. */
+async function pullThroughAgent(
+  source: string,
+  dest: string,
+  options: AgentPullOptions,
+  manifest: () => Promise<Manifest>,
+): Promise<{ status: ModelStatus; placement: AgentPlacement }> {
+  const base = options.agentUrl.replace(/\/+$/, '');
+  const to = resolve(dest);
   const call = async (path: string, method: 'GET' | 'POST', body?: unknown): Promise<ModelStatus> =>
     checkStatus(
       await callJson(`${base}${path}`, 'the agent', {
@@ -202,7 +228,7 @@ export async function agentPull(
   }
   // The agent's digest is the model's name (it differs from the file's hash only for a manifest
   // file that is not canonical).
-  hex = joined.model;
+  const hex = joined.model;
   // Each status request waits at the agent until the model is complete, or for one progress period.
   let status = joined;
   for (;;) {
@@ -243,7 +269,7 @@ export async function agentPull(
     });
     return { status, placement: { how: 'placed', result } };
   }
-  const [{ pull }, { LocalOrigin }, { HttpOrigin }, { openOrigin }] = await Promise.all([
+  const [{ pullLocked }, { LocalOrigin }, { HttpOrigin }, { openOrigin }] = await Promise.all([
     import('../pull/pull.js'),
     import('../origin/local.js'),
     import('../origin/http.js'),
@@ -265,7 +291,8 @@ export async function agentPull(
       : new HttpOrigin(`${base}/v1/local/models/${hex}/files/`, { files: entries, tls: options.access?.tls });
   let changedPieces = 0;
   try {
-    const result = await pull(origin, dest, {
+    // This process holds the destination's lock already.
+    const result = await pullLocked(origin, dest, {
       manifest: await manifest(),
       fallbackOrigin: fallback,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
