@@ -80,6 +80,11 @@ export const ERROR_CATALOGUE = {
     exit: 2,
     summary: '`model.safetensors.index.json` is malformed or names an unsafe shard path',
   },
+  INDEX_SHARD_MISSING: {
+    status: 500,
+    exit: 2,
+    summary: '`model.safetensors.index.json` names shard files the model directory does not hold',
+  },
   // manifests (src/manifest)
   MANIFEST_INVALID: {
     status: 400,

@@ -20,7 +20,7 @@ import { setTimeout as sleepMs } from 'node:timers/promises';
 import type { Agent, Dispatcher } from 'undici';
 import { tlsClientOptions, untrustedCertificate, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
-import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
+import { INDEX_BYTES_MAX, INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import {
   landed,
@@ -120,7 +120,6 @@ const REDIRECTS_MAX = 5;
 /** File URLs an HttpOrigin remembers (fileUrl); past this many the map starts over. */
 const FILE_URLS_MAX = 4096;
 const REDIRECT_CACHE_ENTRIES_MAX = 4096;
-const INDEX_BYTES_MAX = 64 * 1024 * 1024;
 /** Error bodies smaller than this are read to the end so the socket can be reused. */
 const DISCARD_BYTES_MAX = 64 * 1024;
 const USER_AGENT = 'weightcast';
