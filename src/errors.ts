@@ -142,6 +142,13 @@ export const ERROR_CATALOGUE = {
     resumable: true,
     summary: 'retries (5xx, 429, timeouts, resets) ran out; the last cause is attached',
   },
+  ORIGIN_UNREACHABLE: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary:
+      "nothing answered at an origin's address (connection refused, no such host) in a few tries over about 3 s, before it ever answered: check the URL",
+  },
   // Remote too: any origin error a read ends with (not retried, or past the budget) stops an
   // agent's model (origin.ts, isFinalOriginError), and the pull through it reports it.
   ORIGIN_TIMEOUT: {
