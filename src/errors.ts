@@ -80,6 +80,11 @@ export const ERROR_CATALOGUE = {
     exit: 2,
     summary: '`model.safetensors.index.json` is malformed or names an unsafe shard path',
   },
+  INDEX_SHARD_MISSING: {
+    status: 500,
+    exit: 2,
+    summary: '`model.safetensors.index.json` names shard files the model directory does not hold',
+  },
   // manifests (src/manifest)
   MANIFEST_INVALID: {
     status: 400,
@@ -136,6 +141,13 @@ export const ERROR_CATALOGUE = {
     remote: true,
     resumable: true,
     summary: 'retries (5xx, 429, timeouts, resets) ran out; the last cause is attached',
+  },
+  ORIGIN_UNREACHABLE: {
+    status: 500,
+    exit: 1,
+    remote: true,
+    summary:
+      "nothing answered at an origin's address (connection refused, no such host) in a few tries over about 3 s, before it ever answered: check the URL",
   },
   // Remote too: any origin error a read ends with (not retried, or past the budget) stops an
   // agent's model (origin.ts, isFinalOriginError), and the pull through it reports it.

@@ -134,7 +134,12 @@ export function originRetryReporter(
       shownMs = now;
       retries = 0;
       files.clear();
-      log(`${originRetryLine(event)} (while this goes on: a summary every ${seconds(RETRY_SUMMARY_MS)})`);
+      // A budget shorter than the period (an origin not reached yet) ends before any summary.
+      const summaries =
+        event.budgetMs > RETRY_SUMMARY_MS
+          ? ` (while this goes on: a summary every ${seconds(RETRY_SUMMARY_MS)})`
+          : '';
+      log(`${originRetryLine(event)}${summaries}`);
       return;
     }
     retries++;

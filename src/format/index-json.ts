@@ -10,7 +10,8 @@ import { WeightcastError } from '../errors.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
 
 export const INDEX_FILE_NAME = 'model.safetensors.index.json';
-const INDEX_BYTES_MAX = 64 * 1024 * 1024;
+/** The largest index read (one of 100,000 tensors, a large mixture of experts, is about 10 MB). */
+export const INDEX_BYTES_MAX = 64 * 1024 * 1024;
 
 export interface SafetensorsIndex {
   metadata: Record<string, unknown>;

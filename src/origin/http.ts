@@ -11,8 +11,10 @@
  * Around every request: redirects are followed by hand (the bearer token never leaves the base's
  * origin; a hub's per-file CDN target is cached and dropped when it expires), and failures are sorted
  * into transient ones (5xx, 429, timeouts, resets, short bodies), retried with the backoff from
- * retry.ts, and final ones (404, other 4xx, protocol violations), thrown at once. Every wait,
- * request and body read listens to the caller's AbortSignal.
+ * retry.ts, and final ones (404, other 4xx, protocol violations), thrown at once. Until the origin
+ * has answered once, nothing answering at its address (refused, no such host) is tried only for the
+ * first-contact budget, then fails as ORIGIN_UNREACHABLE: a mistyped URL, not an outage to wait out.
+ * Every wait, request and body read listens to the caller's AbortSignal.
  */
 
 import type { IncomingHttpHeaders } from 'node:http';
@@ -20,7 +22,7 @@ import { setTimeout as sleepMs } from 'node:timers/promises';
 import type { Agent, Dispatcher } from 'undici';
 import { tlsClientOptions, untrustedCertificate, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
-import { INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
+import { INDEX_BYTES_MAX, INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import {
   landed,
@@ -35,6 +37,7 @@ import {
   DEFAULT_BACKOFF_POLICY,
   RETRY_BUDGET_MS_DEFAULT,
   budgetedDelayMs,
+  callBudgetMs,
   isRetryableStatus,
   retryDelayMs,
   type BackoffPolicy,
@@ -68,7 +71,8 @@ export interface HttpOriginOptions {
   pipeline?: number;
   /**
    * How long one call keeps retrying transient failures (an outage) before ORIGIN_RETRIES_EXHAUSTED.
-   * Default 60 000.
+   * Default 60 000. Before the origin has answered anything, a call that cannot reach it (refused,
+   * no such host) stops at FIRST_CONTACT_BUDGET_MS (retry.ts) instead, with ORIGIN_UNREACHABLE.
    */
   retryBudgetMs?: number;
   /** Retries after the first attempt of each call, at most (the budget usually ends them first). Default 1000. */
@@ -120,7 +124,6 @@ const REDIRECTS_MAX = 5;
 /** File URLs an HttpOrigin remembers (fileUrl); past this many the map starts over. */
 const FILE_URLS_MAX = 4096;
 const REDIRECT_CACHE_ENTRIES_MAX = 4096;
-const INDEX_BYTES_MAX = 64 * 1024 * 1024;
 /** Error bodies smaller than this are read to the end so the socket can be reused. */
 const DISCARD_BYTES_MAX = 64 * 1024;
 const USER_AGENT = 'weightcast';
@@ -146,6 +149,12 @@ const TRANSIENT_NETWORK_CODES = new Set([
   'ENETUNREACH',
   'EAI_AGAIN',
 ]);
+/**
+ * Failures that say nothing answered at the address: the name did not resolve (ENOTFOUND, EAI_AGAIN),
+ * or no server took the connection (refused, no route). undici and RangeClient's `net.connect` both
+ * pass these Node codes through as the error's `code`.
+ */
+const NO_ANSWER_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 
 type Body = Dispatcher.ResponseData['body'];
 
@@ -208,6 +217,11 @@ export class HttpOrigin implements Origin {
   private readonly redirectTargets = new Map<string, URL>();
   /** Each file's URL under the base, built once (every piece read asks for it twice). */
   private readonly fileUrls = new Map<string, URL>();
+  /**
+   * Whether any HTTP response (any status) has come from the origin: until one has, a failure to
+   * reach its address is a first contact (FIRST_CONTACT_BUDGET_MS), after it an outage.
+   */
+  private answered = false;
 
   constructor(baseUrl: string, options: HttpOriginOptions = {}) {
     this.base = parseBaseUrl(baseUrl);
@@ -366,26 +380,42 @@ export class HttpOrigin implements Origin {
         return await attempt();
       } catch (error) {
         const failure = this.asOriginError(error, call);
-        if (failure.details.retryable !== true) throw failure;
+        // Asked at each failure: another call may have had the origin's first answer meanwhile.
+        const firstContact = !this.answered && NO_ANSWER_CODES.has(String(failure.details.cause));
+        if (failure.details.retryable !== true && !firstContact) throw failure;
         const elapsedMs = performance.now() - startedMs;
-        const delayMs = budgetedDelayMs(
-          this.retryDelay(attemptNumber, failure),
-          elapsedMs,
-          this.retryBudgetMs,
-        );
+        const budgetMs = callBudgetMs(this.retryBudgetMs, firstContact);
+        const delayMs = budgetedDelayMs(this.retryDelay(attemptNumber, failure), elapsedMs, budgetMs);
         if (attemptNumber === attempts || delayMs === undefined) {
+          const tried = { file: call.path, attempts: attemptNumber, elapsedMs: Math.round(elapsedMs) };
+          if (firstContact) throw this.unreachableError(failure, tried);
           throw new WeightcastError(
             'ORIGIN_RETRIES_EXHAUSTED',
             `${call.what} from ${this.location} failed ${attemptNumber} times in ${(elapsedMs / 1000).toFixed(1)} s ` +
               `(retry budget ${(this.retryBudgetMs / 1000).toFixed(0)} s); last: ${failure.message}`,
-            { file: call.path, attempts: attemptNumber, elapsedMs: Math.round(elapsedMs) },
+            tried,
             { cause: failure },
           );
         }
-        await this.backOff(call, attemptNumber, failure, delayMs, elapsedMs);
+        await this.backOff(call, attemptNumber, failure, delayMs, { elapsedMs, budgetMs });
       }
     }
     assert(false, 'the retry loop returns or throws on its last attempt');
+  }
+
+  /** Nothing has ever answered at the base URL's address: most likely a wrong host or port. */
+  private unreachableError(
+    failure: WeightcastError,
+    tried: { file: string; attempts: number; elapsedMs: number },
+  ): WeightcastError {
+    const tries = `${tried.attempts} ${tried.attempts === 1 ? 'try' : 'tries'}`;
+    return new WeightcastError(
+      'ORIGIN_UNREACHABLE',
+      `nothing answered at ${this.location} (${tries} in ${(tried.elapsedMs / 1000).toFixed(1)} s; last: ` +
+        `${failure.message}): check the URL's host and port`,
+      { ...tried, cause: failure.details.cause },
+      { cause: failure },
+    );
   }
 
   private retryDelay(attempt: number, error: WeightcastError): number {
@@ -398,15 +428,15 @@ export class HttpOrigin implements Origin {
     attempt: number,
     error: WeightcastError,
     delayMs: number,
-    elapsedMs: number,
+    waited: { elapsedMs: number; budgetMs: number },
   ): Promise<void> {
     this.stats.retries += 1;
     this.onRetry?.({
       path: call.path,
       attempt,
       delayMs,
-      elapsedMs,
-      budgetMs: this.retryBudgetMs,
+      elapsedMs: waited.elapsedMs,
+      budgetMs: waited.budgetMs,
       reason: error.message,
       error,
     });
@@ -472,7 +502,11 @@ export class HttpOrigin implements Origin {
   private fillFor(call: Call, target: Uint8Array, progress: ReadProgress, start: number, end: number): Fill {
     return {
       target: target.subarray(progress.filled),
-      accepts: (head) => rangeResponseProblem(call.path, head, start, end) === undefined,
+      accepts: (head) => {
+        // Called once a response head is in, before its body: the origin has answered.
+        this.answered = true;
+        return rangeResponseProblem(call.path, head, start, end) === undefined;
+      },
       onBodyBytes: (count) => {
         if (progress.firstByteMs === undefined) firstByteLanded(progress);
         landed(progress, count);
@@ -585,6 +619,7 @@ export class HttpOrigin implements Origin {
         headers: sent,
         signal: call.signal ?? null,
       });
+      this.answered = true;
       return {
         status: response.statusCode,
         headers: response.headers,

@@ -3,16 +3,20 @@
  *
  * `list` walks the directory depth-first, skipping dot-entries (our own `.weightcast` state, `.cache`,
  * `.git`) and following symlinks to files (a Hugging Face cache snapshot is a tree of symlinks into
- * `blobs/`) but never symlinks to directories, which could loop. `readInto` does positioned reads
+ * `blobs/`) but never symlinks to directories, which could loop. A directory with a
+ * `model.safetensors.index.json` must hold every shard it names: an HTTP origin lists a model from
+ * its index, and a directory missing a shard (a download cut short, a file deleted) is an incomplete
+ * model that a listing of what is there would pull, hash and call done. `readInto` does positioned reads
  * straight into the caller's buffer through a small cache of open file handles, so many reads of one
  * shard share one descriptor and no bytes are copied twice.
  */
 
 import { statSync, type Dirent, type Stats } from 'node:fs';
-import { open, readdir, stat, type FileHandle } from 'node:fs/promises';
+import { open, readFile, readdir, stat, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { WeightcastError, throwIfAborted } from '../errors.js';
+import { INDEX_BYTES_MAX, INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
 import type { Origin, OriginCallOptions, OriginEntry, OriginStats } from './origin.js';
 
@@ -26,6 +30,8 @@ export interface LocalOriginOptions {
 const OPEN_FILES_MAX_DEFAULT = 64;
 const LIST_ENTRIES_MAX_DEFAULT = 100_000;
 const LIST_DEPTH_MAX = 32;
+/** Missing shards named in the error and its details; a model missing more says how many. */
+const MISSING_SHARDS_NAMED_MAX = 10;
 
 interface CachedHandle {
   handle: Promise<FileHandle>;
@@ -59,6 +65,7 @@ export class LocalOrigin implements Origin {
     if (root.kind === 'file') return [await this.stat(root.name, options)];
     const entries: OriginEntry[] = [];
     await this.walk(root.dir, '', 0, entries, options.signal);
+    await this.checkIndexShards(root.dir, entries, options.signal);
     return entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   }
 
@@ -171,6 +178,37 @@ export class LocalOrigin implements Origin {
     }
   }
 
+  /**
+   * Fails with INDEX_SHARD_MISSING, naming the files, when the directory's index names shards the
+   * listing lacks; with INDEX_INVALID when the index cannot be read as one, as an HTTP origin does.
+   */
+  private async checkIndexShards(
+    dir: string,
+    entries: readonly OriginEntry[],
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const index = entries.find((entry) => entry.path === INDEX_FILE_NAME);
+    if (index === undefined) return;
+    const file = join(dir, INDEX_FILE_NAME);
+    if (index.size > INDEX_BYTES_MAX) {
+      throw new WeightcastError('LIMIT_EXCEEDED', `${file} is larger than ${INDEX_BYTES_MAX} bytes`, {
+        file: INDEX_FILE_NAME,
+      });
+    }
+    const listed = new Set(entries.map((entry) => entry.path));
+    const shards = indexShardFiles(parseIndexJson(await readText(file, signal), file));
+    const missing = shards.filter((shard) => !listed.has(shard));
+    if (missing.length === 0) return;
+    const named = missing.slice(0, MISSING_SHARDS_NAMED_MAX);
+    const more = missing.length > named.length ? ` and ${missing.length - named.length} more` : '';
+    throw new WeightcastError(
+      'INDEX_SHARD_MISSING',
+      `${this.rootPath} is incomplete: its ${INDEX_FILE_NAME} names ${countShards(missing.length)} of ` +
+        `${shards.length} that ${missing.length === 1 ? 'is' : 'are'} not there: ${named.join(', ')}${more}`,
+      { file: INDEX_FILE_NAME, missing: named, missingCount: missing.length },
+    );
+  }
+
   private async walk(
     dir: string,
     prefix: string,
@@ -231,6 +269,19 @@ async function entryKind(file: string, dirent: Dirent): Promise<EntryKind> {
   } catch {
     return { type: 'other' };
   }
+}
+
+async function readText(file: string, signal: AbortSignal | undefined): Promise<string> {
+  try {
+    return await readFile(file, { encoding: 'utf8', ...(signal === undefined ? {} : { signal }) });
+  } catch (error) {
+    throwIfAborted(signal, `reading ${file}`);
+    throw fsError(error, file);
+  }
+}
+
+function countShards(count: number): string {
+  return `${count} ${count === 1 ? 'shard' : 'shards'}`;
 }
 
 async function readDirectory(dir: string): Promise<Dirent[]> {

@@ -10,10 +10,25 @@
  *
  * Retries of one call stop when its time budget is spent (an origin outage is waited out for that
  * long, 60 s by default, then fails clearly): the last wait is cut to what is left of the budget.
+ * An origin that has never answered and cannot be reached gets a much shorter budget (first contact).
  */
 
 /** How long a call keeps retrying an origin that fails transiently (`--origin-retry-s`). */
 export const RETRY_BUDGET_MS_DEFAULT = 60_000;
+
+/**
+ * How long a call keeps trying an origin that has not answered once in this process while nothing
+ * answers at its address (connection refused, no such host). That is what a mistyped host or port
+ * looks like, and the outage budget would make the user wait a minute to learn it; a few tries
+ * over about 3 s still catch an origin started at the same moment that is not listening yet.
+ * Once the origin has answered, the same refusal is an outage and gets the whole budget.
+ */
+export const FIRST_CONTACT_BUDGET_MS = 3_000;
+
+/** A call's retry budget: the outage budget, or at most the first-contact one before any answer. */
+export function callBudgetMs(budgetMs: number, firstContact: boolean): number {
+  return firstContact ? Math.min(budgetMs, FIRST_CONTACT_BUDGET_MS) : budgetMs;
+}
 
 export interface BackoffPolicy {
   /** The ceiling of the first retry's delay. */

@@ -105,6 +105,20 @@ test('origin retries: the first of a kind in full, then one summary per period, 
   );
 });
 
+test('origin retries within a budget shorter than the summary period promise no summaries', () => {
+  const lines: string[] = [];
+  const report = originRetryReporter(
+    (line) => lines.push(line),
+    () => 0,
+  );
+  const reason = 'stat of model.safetensors.index.json: connect ECONNREFUSED 127.0.0.1:1';
+  const event = { path: 'model.safetensors.index.json', attempt: 1, delayMs: 40, elapsedMs: 0, reason };
+  report({ ...event, budgetMs: 3000 });
+  assert.match(lines[0] ?? '', /; retry 1 in 40 ms, 0 s of 3 s waited$/);
+  report({ ...event, path: 'config.json', reason: 'HTTP 503', budgetMs: 60_000 });
+  assert.match(lines[1] ?? '', /, 0 s of 60 s waited \(while this goes on: a summary every 5 s\)$/);
+});
+
 test('a corrupt piece names where it is and who sent it, a peer by its URL', () => {
   const file = { path: 'model-00001-of-00002.safetensors', piece: 5 };
   assert.equal(

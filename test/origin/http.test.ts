@@ -10,6 +10,8 @@ import {
   type HttpOriginOptions,
   type RetryEvent,
 } from '../../src/origin/http.js';
+import { FIRST_CONTACT_BUDGET_MS } from '../../src/origin/retry.js';
+import { freePort } from '../helpers/fixtures.js';
 import { fileBytes, makeTempModel, rejection, serve, type TempModel } from './helpers.js';
 
 const WEIGHTS = 'weights.safetensors';
@@ -574,6 +576,64 @@ bothTransports(
       );
     } finally {
       await done();
+    }
+  },
+);
+
+bothTransports(
+  'an address where nothing ever answered fails within the first-contact budget',
+  async (transport) => {
+    const url = `http://127.0.0.1:${await freePort()}/`;
+    const retries: RetryEvent[] = [];
+    // The default outage budget (60 s): first contact cuts it short.
+    const origin = new HttpOrigin(url, {
+      transport,
+      random: () => 0.5,
+      onRetry: (event) => retries.push(event),
+    });
+    try {
+      const error = await rejection(origin.readInto(WEIGHTS, 0, new Uint8Array(10)));
+      assert.ok(isWeightcastError(error, 'ORIGIN_UNREACHABLE'), String(error));
+      assert.match(error.message, new RegExp(`^nothing answered at ${url} \\(\\d+ tries in .*ECONNREFUSED`));
+      assert.match(error.message, /check the URL's host and port$/);
+      assert.equal(error.details.cause, 'ECONNREFUSED');
+      assert.ok(Number(error.details.attempts) > 1, 'a few tries, not one');
+      assert.ok(
+        Number(error.details.elapsedMs) <= FIRST_CONTACT_BUDGET_MS + 1000,
+        String(error.details.elapsedMs),
+      );
+      assert.ok(retries.length > 0 && retries.every((event) => event.budgetMs === FIRST_CONTACT_BUDGET_MS));
+    } finally {
+      await origin.close();
+    }
+  },
+);
+
+bothTransports(
+  'an origin that answered once and then went away is an outage: the whole budget',
+  async (transport) => {
+    const model = await makeTempModel({ [WEIGHTS]: 1000 });
+    const server = await serve(model.dir);
+    const retries: RetryEvent[] = [];
+    // A budget shorter than the first-contact one: only the error code tells the two apart.
+    const origin = new HttpOrigin(server.url, {
+      transport,
+      retryBudgetMs: 1000,
+      random: () => 0.5,
+      onRetry: (event) => retries.push(event),
+    });
+    try {
+      assert.ok((await readAll(origin, WEIGHTS, 100)).equals(fileBytes(model, WEIGHTS).subarray(0, 100)));
+      // The server goes away; its port now refuses connections.
+      await server.close();
+      const error = await rejection(origin.readInto(WEIGHTS, 0, new Uint8Array(10)));
+      assert.ok(isWeightcastError(error, 'ORIGIN_RETRIES_EXHAUSTED'), String(error));
+      assert.match(error.message, /\(retry budget 1 s\); last: .*connect ECONNREFUSED/);
+      assert.ok(retries.length > 0 && retries.every((event) => event.budgetMs === 1000));
+    } finally {
+      await origin.close();
+      await server.close();
+      await model.remove();
     }
   },
 );

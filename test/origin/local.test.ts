@@ -159,3 +159,70 @@ test('LocalOrigin honours an aborted signal', async () => {
     await model.remove();
   }
 });
+
+/** An index naming each shard of `shards` for one tensor. */
+function indexOf(shards: readonly string[]): string {
+  const weightMap = Object.fromEntries(shards.map((shard, i) => [`layer.${i}.weight`, shard]));
+  return JSON.stringify({ metadata: { total_size: 0 }, weight_map: weightMap });
+}
+
+test('LocalOrigin refuses a directory whose index names shards it does not hold, naming them', async () => {
+  const shards = Array.from(
+    { length: 14 },
+    (_, i) => `model-${String(i + 1).padStart(5, '0')}-of-00014.safetensors`,
+  );
+  const model = await makeTempModel({
+    'model.safetensors.index.json': indexOf(shards),
+    [shards[0] as string]: 100,
+    [shards[2] as string]: 100,
+    'config.json': '{}',
+  });
+  const origin = new LocalOrigin(model.dir);
+  try {
+    const error = await rejection(origin.list());
+    assert.ok(isWeightcastError(error, 'INDEX_SHARD_MISSING'), String(error));
+    assert.match(
+      error.message,
+      /names 12 shards of 14 that are not there: model-00002-of-00014\.safetensors, /,
+    );
+    assert.match(error.message, /model-00012-of-00014\.safetensors and 2 more$/);
+    assert.equal(error.details.missingCount, 12);
+    assert.equal((error.details.missing as string[]).length, 10);
+  } finally {
+    await origin.close();
+    await model.remove();
+  }
+});
+
+test('LocalOrigin lists a directory whose index names only files it holds, in subfolders too', async () => {
+  const model = await makeTempModel({
+    'model.safetensors.index.json': indexOf(['a.safetensors', 'weights/b.safetensors']),
+    'a.safetensors': 10,
+    'weights/b.safetensors': 20,
+  });
+  const origin = new LocalOrigin(model.dir);
+  try {
+    assert.deepEqual(
+      (await origin.list()).map((entry) => entry.path),
+      ['a.safetensors', 'model.safetensors.index.json', 'weights/b.safetensors'],
+    );
+  } finally {
+    await origin.close();
+    await model.remove();
+  }
+});
+
+test('LocalOrigin refuses an index that is not one with INDEX_INVALID, as an HTTP origin does', async () => {
+  const model = await makeTempModel({
+    'model.safetensors.index.json': '{"weight_map": [',
+    'a.safetensors': 10,
+  });
+  const origin = new LocalOrigin(model.dir);
+  try {
+    const error = await rejection(origin.list());
+    assert.ok(isWeightcastError(error, 'INDEX_INVALID'), String(error));
+  } finally {
+    await origin.close();
+    await model.remove();
+  }
+});

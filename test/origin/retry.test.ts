@@ -67,3 +67,11 @@ test('a retry budget cuts the last wait to what is left, then ends the retries',
   assert.equal(budgetedDelayMs(100, 61_000, 60_000), undefined);
   assert.equal(budgetedDelayMs(100, 0, 0), undefined);
 });
+
+test('before the origin ever answered, a call that cannot reach it has the first-contact budget', async () => {
+  const { FIRST_CONTACT_BUDGET_MS, callBudgetMs } = await import('../../src/origin/retry.js');
+  assert.equal(FIRST_CONTACT_BUDGET_MS, 3000);
+  assert.equal(callBudgetMs(60_000, true), FIRST_CONTACT_BUDGET_MS);
+  assert.equal(callBudgetMs(1000, true), 1000, 'a shorter outage budget is kept');
+  assert.equal(callBudgetMs(60_000, false), 60_000);
+});

@@ -34,11 +34,15 @@ export function withServerLimitOptions(command: Command, requestTimeoutSDefault:
     );
 }
 
-/** `--origin-retry-s`: how long one origin read waits out an outage (retries with backoff). */
+/**
+ * `--origin-retry-s`: how long one origin read waits out an outage (retries with backoff). An origin
+ * that has never answered and cannot be reached gets about 3 s (FIRST_CONTACT_BUDGET_MS), not this.
+ */
 export function withOriginRetryOption(command: Command): Command {
   return command.option(
     '--origin-retry-s <s>',
-    'wait out an origin outage this long per read, retrying with backoff, before failing (default 60)',
+    'wait out an origin outage this long per read, retrying with backoff, before failing (default 60; ' +
+      'an origin that has not answered yet and refuses or has no such host: about 3 s)',
   );
 }
 

@@ -1,11 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { runCli } from '../../../src/cli/main.js';
 import { memoryIo } from '../../../src/cli/io.js';
-import { tempDir, writeSmallModel } from '../../helpers/fixtures.js';
+import { freePort, tempDir, writeSmallModel } from '../../helpers/fixtures.js';
 
 test('manifest --out that cannot be written is refused before anything is hashed', async () => {
   const dir = await tempDir('cli-manifest-out');
@@ -57,6 +58,31 @@ test('a one-file model is counted in the singular by manifest and pull', async (
     const pulled = memoryIo();
     assert.equal(await runCli(['pull', model, '--to', join(dir.path, 'copy'), '--no-agent'], pulled), 0);
     assert.match(pulled.out.join(''), /^pulled 1 file, 2 B into .*; 0 pieces reused, 0 rejected\)$/m);
+  } finally {
+    await dir.cleanup();
+  }
+});
+
+test('manifest and pull of a URL where nothing answers fail in seconds with ORIGIN_UNREACHABLE (exit 1)', async () => {
+  const dir = await tempDir('cli-unreachable');
+  try {
+    const url = `http://127.0.0.1:${await freePort()}/`;
+    const to = join(dir.path, 'copy');
+    for (const argv of [
+      ['manifest', url],
+      ['pull', url, '--to', to, '--no-agent'],
+    ]) {
+      const io = memoryIo();
+      assert.equal(await runCli(argv, io), 1, argv[0]);
+      const err = io.err.join('');
+      assert.match(err, /, 0 s of 3 s waited\n/);
+      assert.match(
+        err,
+        /ORIGIN_UNREACHABLE: nothing answered at http:\/\/127\.0\.0\.1:\d+\/ \(\d+ tries in /,
+      );
+      assert.match(err, /connect ECONNREFUSED .*\): check the URL's host and port\n$/);
+    }
+    assert.equal(existsSync(to), false, 'the pull made its destination');
   } finally {
     await dir.cleanup();
   }
