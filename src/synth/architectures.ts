@@ -338,16 +338,24 @@ export function tensorByteSize(tensor: { dtype: ValueDtype; shape: readonly numb
 
 /**
  * Total tensor bytes without building the whole list: layers of the same kind have the same size, so
- * one representative per kind is enough. Sizing calls this many times.
+ * one representative per kind is enough, and a layer's size grows by the same amount with each routed
+ * expert (its MLP and its router row), so layers of one and two experts give the size of any. Sizing
+ * calls this many times.
  */
 export function modelTensorBytes(dims: ModelDims, dtype: SynthDtype): number {
   const list = new TensorList(precision(dims.arch, dtype));
-  const denseLayers = dims.arch === 'deepseek-v3' ? dims.firstDenseLayers : dims.layers;
-  const bytesOfLayer = (layer: number): number => {
+  const listedBytes = (layerDims: ModelDims, layer: number): number => {
     list.tensors.length = 0;
-    addLayer(list, dims, layer);
+    addLayer(list, layerDims, layer);
     return list.tensors.reduce((sum, tensor) => sum + tensorByteSize(tensor), 0);
   };
+  const bytesOfLayer = (layer: number): number => {
+    if (dims.arch === 'llama') return listedBytes(dims, layer);
+    const one = listedBytes({ ...dims, experts: 1 }, layer);
+    const two = listedBytes({ ...dims, experts: 2 }, layer);
+    return one + (dims.experts - 1) * (two - one);
+  };
+  const denseLayers = dims.arch === 'deepseek-v3' ? dims.firstDenseLayers : dims.layers;
   let total = 0;
   if (denseLayers > 0) total += denseLayers * bytesOfLayer(0);
   if (denseLayers < dims.layers) total += (dims.layers - denseLayers) * bytesOfLayer(dims.layers - 1);

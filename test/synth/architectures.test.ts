@@ -168,6 +168,9 @@ test('modelTensorBytes agrees with the full tensor list', () => {
     deriveDims('llama', { hidden: 192, layers: 3 }),
     deriveDims('qwen2-moe', { hidden: 128, layers: 2, experts: 4 }),
     deriveDims('deepseek-v3', { hidden: 128, layers: 6, experts: 4 }),
+    // Sizing counts a layer of any expert count from layers of one and two experts.
+    deriveDims('qwen2-moe', { hidden: 64, layers: 1, experts: 61 }),
+    deriveDims('deepseek-v3', { hidden: 64, layers: 5, experts: 37 }),
   ];
   for (const dims of cases) {
     for (const dtype of ['bf16', 'f32', 'f8_e4m3'] as const) {

@@ -65,3 +65,16 @@ test('bad options exit 2 with SYNTH_INVALID_OPTIONS', async () => {
     assert.equal(error.code, 'SYNTH_INVALID_OPTIONS');
   });
 });
+
+test('a size the fixed dimensions cannot make exits 2 before anything is written', async () => {
+  await withTempDir(async (dir) => {
+    const io = memoryIo();
+    const to = join(dir, 'model');
+    assert.equal(await runCli(['synth', '--to', to, '--layers', '32', '--size-mb', '1'], io), 2);
+    assert.match(
+      io.err.join(''),
+      /SYNTH_INVALID_OPTIONS: cannot make a llama bf16 model within 10% of 1\.00 MiB with layers 32: the nearest model with those is 4\.\d\d MiB/,
+    );
+    assert.deepEqual(await readdir(dir), []);
+  });
+});
