@@ -8,6 +8,7 @@ import { assert, isWeightcastError } from '../errors.js';
 import { elementCount } from '../format/dtype.js';
 import { INDEX_FILE_NAME, serializeIndexJson } from '../format/index-json.js';
 import {
+  FP8_SPLIT_RANKS_MAX,
   SYNTH_ARCHS,
   SYNTH_DTYPES,
   deriveDims,
@@ -133,7 +134,9 @@ function resolveDims(arch: SynthArch, dtype: SynthDtype, options: SynthOptions):
     return chooseDims({ arch, dtype, targetBytes: options.sizeBytes, fixed });
   }
   if (!shapeGiven) return chooseDefaultSize(arch, dtype, fixed);
-  return deriveDims(arch, { hidden: HIDDEN_DEFAULT, layers: LAYERS_DEFAULT, ...fixed });
+  // No size to stay near: block-quantised widths split over as many ranks as sizing ever aims for.
+  const split = arch === 'deepseek-v3' && dtype === 'f8_e4m3' ? { fp8SplitRanks: FP8_SPLIT_RANKS_MAX } : {};
+  return deriveDims(arch, { hidden: HIDDEN_DEFAULT, layers: LAYERS_DEFAULT, ...split, ...fixed });
 }
 
 /** Heads or vocab alone are sized to the default; a refusal says that size was not the user's. */

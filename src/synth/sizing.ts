@@ -8,13 +8,15 @@
  * The result is always within SIZE_TOLERANCE of the target, or the request is refused with the size
  * the nearest model would have had. When no usual shape gets there (the caller fixed dimensions that
  * pull away from the target), a second, stretched search also tries widths made of the fixed head
- * count, any expert count and any vocab size. Pure.
+ * count, any expert count and any vocab size. Block-quantised FP8 models are first sized with widths
+ * that split over 8 tensor-parallel ranks, then 4, 2 and 1, the first that fits the target. Pure.
  */
 
 import { isWeightcastError } from '../errors.js';
 import { formatBytes } from '../util/units.js';
 import {
   EXPERTS_MAX,
+  FP8_SPLIT_RANKS_MAX,
   HIDDEN_MAX,
   LAYER_EXPERTS_MAX,
   VOCAB_MAX,
@@ -69,26 +71,42 @@ export function chooseDims(request: SizeRequest): ModelDims {
   }
   let nearest: Candidate | undefined;
   let lastProblem: Error | undefined;
-  for (const reach of ['usual', 'stretched'] as const) {
-    const found = searchShapes(request, reach);
-    lastProblem = found.problem ?? lastProblem;
-    const best = found.best;
-    if (best === undefined) continue;
-    if (best.sizeError <= SIZE_TOLERANCE) return best.dims;
-    if (nearest === undefined || best.sizeError < nearest.sizeError) nearest = best;
+  for (const splitRanks of fp8SplitChoices(request)) {
+    for (const reach of ['usual', 'stretched'] as const) {
+      const found = searchShapes(request, reach, splitRanks);
+      lastProblem = found.problem ?? lastProblem;
+      const best = found.best;
+      if (best === undefined) continue;
+      if (best.sizeError <= SIZE_TOLERANCE) return best.dims;
+      if (nearest === undefined || best.sizeError < nearest.sizeError) nearest = best;
+    }
   }
   if (nearest === undefined) throw lastProblem ?? invalidOptions('no dimensions fit the requested size');
   throw unreachable(request, nearest);
 }
 
-function searchShapes(request: SizeRequest, reach: Reach): { best?: Candidate; problem?: Error } {
+/** Block-quantised FP8 splits over tensor parallelism only on whole blocks; the widest split first. */
+function fp8SplitChoices(request: SizeRequest): (number | undefined)[] {
+  const fixed = request.fixed?.fp8SplitRanks;
+  if (fixed !== undefined) return [fixed];
+  if (request.arch !== 'deepseek-v3' || request.dtype !== 'f8_e4m3') return [undefined];
+  const choices: number[] = [];
+  for (let ranks = FP8_SPLIT_RANKS_MAX; ranks >= 1; ranks /= 2) choices.push(ranks);
+  return choices;
+}
+
+function searchShapes(
+  request: SizeRequest,
+  reach: Reach,
+  splitRanks: number | undefined,
+): { best?: Candidate; problem?: Error } {
   const fixed = request.fixed ?? {};
   let best: Candidate | undefined;
   let problem: Error | undefined;
   for (const hidden of hiddenCandidates(request.arch, fixed, reach)) {
     for (const experts of expertCandidates(request.arch, hidden, fixed.experts, reach)) {
       try {
-        const candidate = bestWithShape(request, reach, { hidden, experts });
+        const candidate = bestWithShape(request, reach, { hidden, experts, splitRanks });
         if (best === undefined || candidate.score < best.score) best = candidate;
       } catch (error) {
         if (!isWeightcastError(error, 'SYNTH_INVALID_OPTIONS')) throw error;
@@ -129,17 +147,19 @@ function expertCandidates(
 interface Shape {
   hidden: number;
   experts: number | undefined;
+  splitRanks: number | undefined;
 }
 
 function bestWithShape(request: SizeRequest, reach: Reach, shape: Shape): Candidate {
   const { arch, dtype, targetBytes } = request;
-  const { hidden, experts } = shape;
+  const { hidden, experts, splitRanks } = shape;
   const fixed = request.fixed ?? {};
   const base: DimChoices = {
     hidden,
     layers: 1,
     ...(experts === undefined ? {} : { experts }),
     ...(fixed.heads === undefined ? {} : { heads: fixed.heads }),
+    ...(splitRanks === undefined ? {} : { fp8SplitRanks: splitRanks }),
   };
   const usualVocab = fixed.vocab ?? defaultVocab(arch, hidden);
   const bytesAt = (layers: number, vocab: number): number =>

@@ -78,3 +78,14 @@ test('a size the fixed dimensions cannot make exits 2 before anything is written
     assert.deepEqual(await readdir(dir), []);
   });
 });
+
+test('a small FP8 deepseek-v3 splits over tp 2, 4 and 8', async () => {
+  await withTempDir(async (dir) => {
+    const args = ['synth', '--to', dir, '--arch', 'deepseek-v3', '--dtype', 'f8_e4m3', '--size-mb', '2'];
+    assert.equal(await runCli(args, memoryIo()), 0);
+    for (const tp of ['2', '4', '8']) {
+      const io = memoryIo();
+      assert.equal(await runCli(['plan', dir, '--tp', tp, '--json'], io), 0, `tp ${tp}: ${io.err.join('')}`);
+    }
+  });
+});

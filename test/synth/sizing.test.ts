@@ -143,3 +143,28 @@ test('dimensions that cannot make the size are refused, saying the size they giv
       isWeightcastError(error, 'SYNTH_INVALID_OPTIONS') && /64 MiB is the default/.test(error.message),
   );
 });
+
+test('deepseek-v3 FP8 widths split in whole 128-blocks over 8 ranks once the size allows', () => {
+  for (const mebibytes of [2, 16, 64, 1024, 100 * 1024]) {
+    const dims = chooseDims({ arch: 'deepseek-v3', dtype: 'f8_e4m3', targetBytes: mebibytes * MIB });
+    const label = `${mebibytes} MiB: ${JSON.stringify(dims)}`;
+    assert.equal(dims.arch, 'deepseek-v3');
+    if (dims.arch !== 'deepseek-v3') continue;
+    assert.equal(dims.intermediate % (128 * 8), 0, label);
+    assert.equal(dims.moeIntermediate % (128 * 8), 0, label);
+    const headsPerRank = dims.heads / 8;
+    assert.ok(Number.isInteger(headsPerRank), label);
+    for (const width of [
+      dims.qkNopeHeadDim + dims.qkRopeHeadDim,
+      dims.qkNopeHeadDim + dims.vHeadDim,
+      dims.vHeadDim,
+    ]) {
+      assert.equal((headsPerRank * width) % 128, 0, `${label}: heads of width ${width}`);
+    }
+  }
+  // Below that, fewer ranks rather than a missed size; other dtypes keep their usual widths.
+  const tiny = chooseDims({ arch: 'deepseek-v3', dtype: 'f8_e4m3', targetBytes: MIB / 2 });
+  assert.ok(Math.abs(modelTensorBytes(tiny, 'f8_e4m3') - MIB / 2) <= (SIZE_TOLERANCE * MIB) / 2);
+  const plain = chooseDims({ arch: 'deepseek-v3', dtype: 'bf16', targetBytes: 64 * MIB });
+  assert.ok(plain.arch === 'deepseek-v3' && plain.moeIntermediate % 1024 !== 0);
+});
