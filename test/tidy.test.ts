@@ -58,6 +58,7 @@ const PURE = [
   'format/index-json.ts',
   'format/inspect.ts',
   'format/json-keys.ts',
+  'format/model-directory.ts',
   'manifest/merkle.ts',
   'origin/retry.ts',
   'origin/response-reader.ts',

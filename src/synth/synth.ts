@@ -1,7 +1,9 @@
 /**
  * Writes a synthetic Hugging Face checkpoint into a directory. planSynth decides everything but the
- * bytes; here each shard's layout is planned, then its tensor bytes are generated into one of two large
- * chunk buffers and appended through SafetensorsFileWriter. While one chunk is being written the next
+ * bytes; here each shard's layout is planned, then the destination is checked before anything is
+ * written: it must hold no model files the new model would not replace (model-directory.ts). Then
+ * each shard's tensor bytes are generated into one of two large chunk buffers and appended through
+ * SafetensorsFileWriter. While one chunk is being written the next
  * is generated, so the disk never waits for the CPU; memory stays at two chunks plus the value pools,
  * whatever the model size. The small JSON files follow the shards.
  */
@@ -14,6 +16,7 @@ import {
   planSafetensorsLayout,
   type SafetensorsLayout,
 } from '../format/safetensors-writer.js';
+import { refuseStaleModelFiles } from '../format/model-directory-file.js';
 import type { ModelDims, SynthArch, SynthDtype, SynthTensor } from './architectures.js';
 import { planSynth, type SynthOptions } from './plan.js';
 import { ValueGenerator } from './values.js';
@@ -70,6 +73,9 @@ export async function synthesizeModel(
   const bytesTotal =
     shards.reduce((sum, shard) => sum + shard.layout.fileSize, 0) +
     textFiles.reduce((sum, file) => sum + file.bytes.length, 0);
+  const written = [...shards.map((shard) => shard.file), ...textFiles.map((file) => file.name)];
+  await guardIo(options.dir, signal, () => refuseStaleModelFiles(options.dir, written));
+  throwIfAborted(signal, 'synth');
   const progress = new ProgressCounter(bytesTotal, run.onProgress);
   await guardIo(options.dir, signal, () => mkdir(options.dir, { recursive: true }));
   const stream = new ShardStreamer(new ValueGenerator(plan.seed), progress, signal);

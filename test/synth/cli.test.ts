@@ -89,3 +89,16 @@ test('a small FP8 deepseek-v3 splits over tp 2, 4 and 8', async () => {
     }
   });
 });
+
+test('synth into a directory holding an older model with more shards exits 2 and leaves it as it was', async () => {
+  await withTempDir(async (dir) => {
+    assert.equal(await runCli(['synth', '--to', dir, '--size-mb', '1', '--shards', '3'], memoryIo()), 0);
+    const before = (await readdir(dir)).sort();
+    const io = memoryIo();
+    assert.equal(await runCli(['synth', '--to', dir, '--size-mb', '1', '--shards', '2', '--json'], io), 2);
+    const error = (JSON.parse(io.out[0] ?? '') as { error: { code: string; message: string } }).error;
+    assert.equal(error.code, 'USAGE');
+    assert.match(error.message, /model-00003-of-00003\.safetensors/);
+    assert.deepEqual((await readdir(dir)).sort(), before);
+  });
+});
