@@ -67,6 +67,7 @@ const PURE = [
   'synth/plan.ts',
   'synth/sharding.ts',
   'synth/sizing.ts',
+  'synth/space.ts',
   'synth/tokenizer.ts',
   'util/json-document.ts',
   'util/safe-path.ts',
