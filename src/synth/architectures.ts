@@ -65,6 +65,11 @@ export interface DimChoices {
   experts?: number;
   heads?: number;
   vocab?: number;
+  /**
+   * For block-quantised FP8 (deepseek-v3): the tensor-parallel ranks the widths split over in whole
+   * 128-wide blocks (and any divisor of it). 1 or absent: no such constraint. Other models ignore it.
+   */
+  fp8SplitRanks?: number;
 }
 
 export interface SynthTensor extends TensorSpec {
@@ -78,7 +83,9 @@ export const LAYERS_MAX = 1024;
 export const EXPERTS_MAX = 1024;
 export const VOCAB_MAX = 1 << 20;
 export const LAYER_EXPERTS_MAX = 65536;
-const FP8_BLOCK = 128;
+export const FP8_BLOCK = 128;
+/** The most tensor-parallel ranks block-quantised widths are made to split over (a node's 8 GPUs). */
+export const FP8_SPLIT_RANKS_MAX = 8;
 
 export function invalidOptions(message: string): WeightcastError {
   return new WeightcastError('SYNTH_INVALID_OPTIONS', message);
@@ -107,6 +114,10 @@ export function deriveDims(arch: SynthArch, choices: DimChoices): ModelDims {
   checkInteger('hidden', choices.hidden, 1, HIDDEN_MAX);
   checkInteger('layers', choices.layers, 1, LAYERS_MAX);
   if (choices.heads !== undefined) checkInteger('heads', choices.heads, 1, HIDDEN_MAX);
+  const splitRanks = choices.fp8SplitRanks ?? 1;
+  if (![1, 2, 4, FP8_SPLIT_RANKS_MAX].includes(splitRanks)) {
+    throw invalidOptions(`fp8SplitRanks must be 1, 2, 4 or ${FP8_SPLIT_RANKS_MAX}, got ${splitRanks}`);
+  }
   const vocab = choices.vocab ?? defaultVocab(arch, choices.hidden);
   checkInteger('vocab', vocab, VOCAB_MIN, VOCAB_MAX);
   if (arch === 'llama') {
@@ -187,10 +198,25 @@ function qwen2MoeDims(choices: DimChoices, vocab: number, experts: number): Qwen
 
 function deepseekV3Dims(choices: DimChoices, vocab: number, experts: number): DeepseekV3Dims {
   const { hidden, layers } = choices;
+  const wide = hidden >= 1024;
+  const qkNopeHeadDim = wide ? 128 : 64;
+  const qkRopeHeadDim = wide ? 64 : 32;
+  const vHeadDim = wide ? 128 : 64;
+  // Tensor parallelism cuts the MLPs by rows and attention by heads; with FP8 block scales every cut
+  // must fall on a 128-element block, so these widths become multiples of 128 per rank.
+  const splitRanks = choices.fp8SplitRanks ?? 1;
+  // Each rank's heads times each per-head width (q_b, kv_b, o_proj) must fill whole blocks; the
+  // per-width needs are powers of two, so the largest is a multiple of the others.
+  const headMultiple = [qkNopeHeadDim + qkRopeHeadDim, qkNopeHeadDim + vHeadDim, vHeadDim]
+    .map((width) => FP8_BLOCK / greatestCommonDivisor(FP8_BLOCK, width))
+    .reduce((multiple, needed) => Math.max(multiple, needed), 1);
   // Multi-head latent attention has no hidden = heads x head_dim constraint; ratios follow DeepSeek-V3.
   const heads =
-    choices.heads ?? (hidden >= 7168 ? 128 : 2 ** Math.max(0, Math.round(Math.log2(hidden / 56))));
-  const wide = hidden >= 1024;
+    choices.heads ??
+    roundUp(
+      hidden >= 7168 ? 128 : 2 ** Math.max(0, Math.round(Math.log2(hidden / 56))),
+      splitRanks === 1 ? 1 : splitRanks * headMultiple,
+    );
   const groups = [8, 4, 2, 1].find((g) => experts % g === 0 && experts / g >= 2) ?? 1;
   const topkGroups = Math.max(1, groups / 2);
   return {
@@ -199,21 +225,25 @@ function deepseekV3Dims(choices: DimChoices, vocab: number, experts: number): De
     layers,
     heads,
     kvHeads: heads,
-    intermediate: roundUp((hidden * 18) / 7, 128),
+    intermediate: roundUp((hidden * 18) / 7, FP8_BLOCK * splitRanks),
     vocab,
     experts,
     expertsPerToken: Math.min(8, topkGroups * (experts / groups)),
     sharedExperts: 1,
-    moeIntermediate: roundUp((hidden * 2) / 7, 64),
+    moeIntermediate: roundUp((hidden * 2) / 7, splitRanks === 1 ? 64 : FP8_BLOCK * splitRanks),
     firstDenseLayers: Math.min(3, Math.floor(layers / 4)),
     qLoraRank: roundUp((hidden * 3) / 14, 64),
     kvLoraRank: Math.min(512, roundUp(hidden / 14, 64)),
-    qkNopeHeadDim: wide ? 128 : 64,
-    qkRopeHeadDim: wide ? 64 : 32,
-    vHeadDim: wide ? 128 : 64,
+    qkNopeHeadDim,
+    qkRopeHeadDim,
+    vHeadDim,
     groups,
     topkGroups,
   };
+}
+
+function greatestCommonDivisor(a: number, b: number): number {
+  return b === 0 ? a : greatestCommonDivisor(b, a % b);
 }
 
 /** Where weights go: float dtype for everything unquantised, and how linear layers are quantised. */
@@ -338,16 +368,24 @@ export function tensorByteSize(tensor: { dtype: ValueDtype; shape: readonly numb
 
 /**
  * Total tensor bytes without building the whole list: layers of the same kind have the same size, so
- * one representative per kind is enough. Sizing calls this many times.
+ * one representative per kind is enough, and a layer's size grows by the same amount with each routed
+ * expert (its MLP and its router row), so layers of one and two experts give the size of any. Sizing
+ * calls this many times.
  */
 export function modelTensorBytes(dims: ModelDims, dtype: SynthDtype): number {
   const list = new TensorList(precision(dims.arch, dtype));
-  const denseLayers = dims.arch === 'deepseek-v3' ? dims.firstDenseLayers : dims.layers;
-  const bytesOfLayer = (layer: number): number => {
+  const listedBytes = (layerDims: ModelDims, layer: number): number => {
     list.tensors.length = 0;
-    addLayer(list, dims, layer);
+    addLayer(list, layerDims, layer);
     return list.tensors.reduce((sum, tensor) => sum + tensorByteSize(tensor), 0);
   };
+  const bytesOfLayer = (layer: number): number => {
+    if (dims.arch === 'llama') return listedBytes(dims, layer);
+    const one = listedBytes({ ...dims, experts: 1 }, layer);
+    const two = listedBytes({ ...dims, experts: 2 }, layer);
+    return one + (dims.experts - 1) * (two - one);
+  };
+  const denseLayers = dims.arch === 'deepseek-v3' ? dims.firstDenseLayers : dims.layers;
   let total = 0;
   if (denseLayers > 0) total += denseLayers * bytesOfLayer(0);
   if (denseLayers < dims.layers) total += (dims.layers - denseLayers) * bytesOfLayer(dims.layers - 1);

@@ -4,10 +4,11 @@
  * everything about a synthetic model except its bytes can be checked without touching a disk.
  */
 
-import { assert } from '../errors.js';
+import { assert, isWeightcastError } from '../errors.js';
 import { elementCount } from '../format/dtype.js';
 import { INDEX_FILE_NAME, serializeIndexJson } from '../format/index-json.js';
 import {
+  FP8_SPLIT_RANKS_MAX,
   SYNTH_ARCHS,
   SYNTH_DTYPES,
   deriveDims,
@@ -129,10 +130,25 @@ function resolveDims(arch: SynthArch, dtype: SynthDtype, options: SynthOptions):
     throw invalidOptions('llama is a dense model: it takes no experts');
   }
   const shapeGiven = fixed.hidden !== undefined || fixed.layers !== undefined || fixed.experts !== undefined;
-  if (options.sizeBytes !== undefined || !shapeGiven) {
-    return chooseDims({ arch, dtype, targetBytes: options.sizeBytes ?? SIZE_BYTES_DEFAULT, fixed });
+  if (options.sizeBytes !== undefined) {
+    return chooseDims({ arch, dtype, targetBytes: options.sizeBytes, fixed });
   }
-  return deriveDims(arch, { hidden: HIDDEN_DEFAULT, layers: LAYERS_DEFAULT, ...fixed });
+  if (!shapeGiven) return chooseDefaultSize(arch, dtype, fixed);
+  // No size to stay near: block-quantised widths split over as many ranks as sizing ever aims for.
+  const split = arch === 'deepseek-v3' && dtype === 'f8_e4m3' ? { fp8SplitRanks: FP8_SPLIT_RANKS_MAX } : {};
+  return deriveDims(arch, { hidden: HIDDEN_DEFAULT, layers: LAYERS_DEFAULT, ...split, ...fixed });
+}
+
+/** Heads or vocab alone are sized to the default; a refusal says that size was not the user's. */
+function chooseDefaultSize(arch: SynthArch, dtype: SynthDtype, fixed: Partial<DimChoices>): ModelDims {
+  try {
+    return chooseDims({ arch, dtype, targetBytes: SIZE_BYTES_DEFAULT, fixed });
+  } catch (error) {
+    if (!isWeightcastError(error, 'SYNTH_INVALID_OPTIONS')) throw error;
+    throw invalidOptions(
+      `${error.message} (no size was given: ${SIZE_BYTES_DEFAULT / 1024 / 1024} MiB is the default)`,
+    );
+  }
 }
 
 function splitShards(

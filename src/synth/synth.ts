@@ -1,21 +1,26 @@
 /**
  * Writes a synthetic Hugging Face checkpoint into a directory. planSynth decides everything but the
- * bytes; here each shard's layout is planned, then its tensor bytes are generated into one of two large
- * chunk buffers and appended through SafetensorsFileWriter. While one chunk is being written the next
- * is generated, so the disk never waits for the CPU; memory stays at two chunks plus the value pools,
- * whatever the model size. The small JSON files follow the shards.
+ * bytes; here each shard's layout is planned, then the destination is checked before anything is
+ * written: it must hold no model files the new model would not replace (model-directory.ts), and its
+ * file system must have room for the files (space.ts). Then each shard's tensor bytes are generated
+ * into one of two large chunk buffers and appended through SafetensorsFileWriter. While one chunk is
+ * being written the next is generated, so the disk never waits for the CPU; memory stays at two
+ * chunks plus the value pools, whatever the model size. The small JSON files follow the shards.
  */
 
-import { mkdir, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { WeightcastError, abortError, assert, isWeightcastError, throwIfAborted } from '../errors.js';
 import {
   SafetensorsFileWriter,
   planSafetensorsLayout,
   type SafetensorsLayout,
 } from '../format/safetensors-writer.js';
+import { staleModelFiles, staleModelFilesError } from '../format/model-directory.js';
+import { listDirectoryNames } from '../format/model-directory-file.js';
 import type { ModelDims, SynthArch, SynthDtype, SynthTensor } from './architectures.js';
 import { planSynth, type SynthOptions } from './plan.js';
+import { checkFreeSpace, type PlannedFile } from './space.js';
 import { ValueGenerator } from './values.js';
 
 /** Large enough for sequential disk throughput, small enough to keep memory flat. */
@@ -70,6 +75,12 @@ export async function synthesizeModel(
   const bytesTotal =
     shards.reduce((sum, shard) => sum + shard.layout.fileSize, 0) +
     textFiles.reduce((sum, file) => sum + file.bytes.length, 0);
+  const planned = [
+    ...shards.map((shard) => ({ name: shard.file, bytes: shard.layout.fileSize })),
+    ...textFiles.map((file) => ({ name: file.name, bytes: file.bytes.length })),
+  ];
+  await guardIo(options.dir, signal, () => checkDestination(options.dir, planned));
+  throwIfAborted(signal, 'synth');
   const progress = new ProgressCounter(bytesTotal, run.onProgress);
   await guardIo(options.dir, signal, () => mkdir(options.dir, { recursive: true }));
   const stream = new ShardStreamer(new ValueGenerator(plan.seed), progress, signal);
@@ -98,6 +109,53 @@ export async function synthesizeModel(
     tensorCount: plan.tensorCount,
     parameterCount: plan.parameterCount,
   };
+}
+
+/**
+ * Refuses, before anything is written: model files of another model that would stay beside this
+ * one (USAGE), and a file system without room for the files, counting the space of the files they
+ * replace (IO).
+ */
+async function checkDestination(
+  dir: string,
+  planned: readonly { name: string; bytes: number }[],
+): Promise<void> {
+  const present = await listDirectoryNames(dir);
+  const stale = staleModelFiles(
+    present,
+    planned.map((file) => file.name),
+  );
+  if (stale.length > 0) throw staleModelFilesError(dir, stale);
+  const names = new Set(present);
+  const files: PlannedFile[] = [];
+  for (const file of planned) {
+    const replacedBytes = names.has(file.name) ? await sizeOf(join(dir, file.name)) : 0;
+    files.push({ bytes: file.bytes, replacedBytes });
+  }
+  const fileSystem = await statfs(await nearestExisting(dir));
+  checkFreeSpace({
+    dir,
+    files,
+    blockBytes: fileSystem.bsize,
+    freeBytes: fileSystem.bavail * fileSystem.bsize,
+  });
+}
+
+/** A regular file's size; anything else (a directory in the way) frees nothing, and fails later. */
+async function sizeOf(path: string): Promise<number> {
+  const found = await stat(path).catch(() => undefined);
+  return found?.isFile() === true ? found.size : 0;
+}
+
+/** The directory itself, or the closest ancestor that exists: where its files will land. */
+async function nearestExisting(dir: string): Promise<string> {
+  let path = dir;
+  for (;;) {
+    const found = await stat(path).catch((error: NodeJS.ErrnoException) => error);
+    if (!(found instanceof Error)) return path;
+    if (found.code !== 'ENOENT' || dirname(path) === path) throw found;
+    path = dirname(path);
+  }
 }
 
 class ProgressCounter {

@@ -168,6 +168,9 @@ test('modelTensorBytes agrees with the full tensor list', () => {
     deriveDims('llama', { hidden: 192, layers: 3 }),
     deriveDims('qwen2-moe', { hidden: 128, layers: 2, experts: 4 }),
     deriveDims('deepseek-v3', { hidden: 128, layers: 6, experts: 4 }),
+    // Sizing counts a layer of any expert count from layers of one and two experts.
+    deriveDims('qwen2-moe', { hidden: 64, layers: 1, experts: 61 }),
+    deriveDims('deepseek-v3', { hidden: 64, layers: 5, experts: 37, fp8SplitRanks: 8 }),
   ];
   for (const dims of cases) {
     for (const dtype of ['bf16', 'f32', 'f8_e4m3'] as const) {
@@ -175,6 +178,34 @@ test('modelTensorBytes agrees with the full tensor list', () => {
       assert.equal(modelTensorBytes(dims, dtype), listed, `${dims.arch} ${dtype}`);
     }
   }
+});
+
+test('deepseek-v3 widths for FP8 split over tensor-parallel ranks on whole 128-blocks', () => {
+  for (const hidden of [64, 256, 1024, 7168]) {
+    for (const fp8SplitRanks of [2, 4, 8]) {
+      const dims = deriveDims('deepseek-v3', { hidden, layers: 4, experts: 4, fp8SplitRanks });
+      const label = `hidden ${hidden}, ${fp8SplitRanks} ranks: ${JSON.stringify(dims)}`;
+      assert.ok(dims.arch === 'deepseek-v3');
+      assert.equal(dims.intermediate % (128 * fp8SplitRanks), 0, label);
+      assert.equal(dims.moeIntermediate % (128 * fp8SplitRanks), 0, label);
+      assert.equal(dims.heads % fp8SplitRanks, 0, label);
+      const headsPerRank = dims.heads / fp8SplitRanks;
+      for (const width of [
+        dims.qkNopeHeadDim + dims.qkRopeHeadDim,
+        dims.qkNopeHeadDim + dims.vHeadDim,
+        dims.vHeadDim,
+      ]) {
+        assert.equal((headsPerRank * width) % 128, 0, `${label}: heads of width ${width}`);
+      }
+    }
+  }
+  // DeepSeek-V3's own widths already split over 8: nothing grows.
+  const real = deriveDims('deepseek-v3', { hidden: 7168, layers: 4, experts: 4 });
+  const split = deriveDims('deepseek-v3', { hidden: 7168, layers: 4, experts: 4, fp8SplitRanks: 8 });
+  assert.deepEqual(split, real);
+  // A head count the user gives is kept.
+  const given = deriveDims('deepseek-v3', { hidden: 256, layers: 1, heads: 3, fp8SplitRanks: 8 });
+  assert.equal(given.heads, 3);
 });
 
 test('bad options are SYNTH_INVALID_OPTIONS with a clear message', () => {
@@ -189,6 +220,10 @@ test('bad options are SYNTH_INVALID_OPTIONS with a clear message', () => {
   expectInvalid(() => deriveDims('llama', { hidden: 128, layers: 2, experts: 4 }), /no experts/);
   expectInvalid(() => deriveDims('qwen2-moe', { hidden: 128, layers: 0 }), /layers/);
   expectInvalid(() => deriveDims('qwen2-moe', { hidden: 128, layers: 1, experts: 1 }), /experts/);
+  expectInvalid(
+    () => deriveDims('deepseek-v3', { hidden: 128, layers: 1, fp8SplitRanks: 3 }),
+    /fp8SplitRanks must be 1, 2, 4 or 8/,
+  );
   expectInvalid(() => planSynth({ arch: 'gpt2' as 'llama' }), /unknown arch/);
   expectInvalid(() => planSynth({ dtype: 'int4' as 'bf16' }), /unknown dtype/);
   expectInvalid(() => planSynth({ arch: 'llama', experts: 8 }), /no experts/);

@@ -65,3 +65,40 @@ test('bad options exit 2 with SYNTH_INVALID_OPTIONS', async () => {
     assert.equal(error.code, 'SYNTH_INVALID_OPTIONS');
   });
 });
+
+test('a size the fixed dimensions cannot make exits 2 before anything is written', async () => {
+  await withTempDir(async (dir) => {
+    const io = memoryIo();
+    const to = join(dir, 'model');
+    assert.equal(await runCli(['synth', '--to', to, '--layers', '32', '--size-mb', '1'], io), 2);
+    assert.match(
+      io.err.join(''),
+      /SYNTH_INVALID_OPTIONS: cannot make a llama bf16 model within 10% of 1\.00 MiB with layers 32: the nearest model with those is 4\.\d\d MiB/,
+    );
+    assert.deepEqual(await readdir(dir), []);
+  });
+});
+
+test('a small FP8 deepseek-v3 splits over tp 2, 4 and 8', async () => {
+  await withTempDir(async (dir) => {
+    const args = ['synth', '--to', dir, '--arch', 'deepseek-v3', '--dtype', 'f8_e4m3', '--size-mb', '2'];
+    assert.equal(await runCli(args, memoryIo()), 0);
+    for (const tp of ['2', '4', '8']) {
+      const io = memoryIo();
+      assert.equal(await runCli(['plan', dir, '--tp', tp, '--json'], io), 0, `tp ${tp}: ${io.err.join('')}`);
+    }
+  });
+});
+
+test('synth into a directory holding an older model with more shards exits 2 and leaves it as it was', async () => {
+  await withTempDir(async (dir) => {
+    assert.equal(await runCli(['synth', '--to', dir, '--size-mb', '1', '--shards', '3'], memoryIo()), 0);
+    const before = (await readdir(dir)).sort();
+    const io = memoryIo();
+    assert.equal(await runCli(['synth', '--to', dir, '--size-mb', '1', '--shards', '2', '--json'], io), 2);
+    const error = (JSON.parse(io.out[0] ?? '') as { error: { code: string; message: string } }).error;
+    assert.equal(error.code, 'USAGE');
+    assert.match(error.message, /model-00003-of-00003\.safetensors/);
+    assert.deepEqual((await readdir(dir)).sort(), before);
+  });
+});

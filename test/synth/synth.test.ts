@@ -157,3 +157,34 @@ test('progress reaches the total', async () => {
     assert.equal(last.bytesTotal, result.totalBytes);
   });
 });
+
+test("another model's shards in the directory are refused before anything is written; the same names are replaced", async () => {
+  await withTempDir('stale', async (dir) => {
+    const first = await synthesizeModel({ dir, sizeBytes: MIB, shards: 3, seed: 1 });
+    const digests = async (): Promise<Map<string, string>> => {
+      const out = new Map<string, string>();
+      for (const name of (await readdir(dir)).sort()) out.set(name, await sha256(join(dir, name)));
+      return out;
+    };
+    const before = await digests();
+    await assert.rejects(
+      synthesizeModel({ dir, sizeBytes: MIB, shards: 2, seed: 2 }),
+      (error) =>
+        isWeightcastError(error, 'USAGE') &&
+        error.message.includes(
+          '(model-00001-of-00003.safetensors, model-00002-of-00003.safetensors, model-00003-of-00003.safetensors)',
+        ) &&
+        /remove them or choose an empty directory/.test(error.message),
+    );
+    assert.deepEqual(await digests(), before, 'nothing was written or removed');
+    // The same files under the same names: replaced, as before.
+    const again = await synthesizeModel({ dir, sizeBytes: MIB, shards: 3, seed: 2 });
+    assert.deepEqual(again.files, first.files);
+    const after = await digests();
+    assert.deepEqual([...after.keys()], [...before.keys()]);
+    assert.notEqual(
+      after.get('model-00001-of-00003.safetensors'),
+      before.get('model-00001-of-00003.safetensors'),
+    );
+  });
+});

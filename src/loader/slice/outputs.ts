@@ -8,13 +8,16 @@
  *    first so every tensor is aligned for zero-copy readers; a `model.safetensors.index.json` for these
  *    files when the source has one; the config and tokenizer files as they are; and
  *    `weightcast-rank.json`, which says which slice of which source tensor every tensor is. `shm`
- *    differs only in its default directory (under /dev/shm).
+ *    differs only in its default directory (under /dev/shm). `hf` refuses a directory holding
+ *    model files it would not replace (another rank's or model's shards, an index it does not
+ *    write) before writing anything: they would make a mix (format/model-directory.ts).
  *  - `sharded-state`: vLLM's `model-rank-{rank}-part-{part}.safetensors` (ShardedStateWriter), with
  *    the checkpoint's tensor names, plus the config and tokenizer files.
  */
 
 import { WeightcastError } from '../../errors.js';
 import { INDEX_FILE_NAME } from '../../format/index-json.js';
+import { refuseStaleModelFiles } from '../../format/model-directory-file.js';
 import { planSafetensorsLayout } from '../../format/safetensors-writer.js';
 import type { ParallelPlan, RankPlan, RankTensor } from '../plan/types.js';
 import { ShardedStateWriter } from '../sharded-state/writer.js';
@@ -61,10 +64,15 @@ class RankFilesOutput implements SliceOutput {
 
   static async create(input: OutputInput): Promise<RankFilesOutput> {
     const output = new RankFilesOutput(input);
-    for (const file of input.copied) output.files.declare(file.path, file.size);
     const byFile = new Map<string, RankTensor[]>();
     for (const tensor of input.rank.tensors)
       byFile.set(tensor.file, [...(byFile.get(tensor.file) ?? []), tensor]);
+    if (input.format === 'hf') {
+      const written = [...byFile.keys(), RANK_DESCRIPTION_FILE, ...input.copied.map((file) => file.path)];
+      if (input.sourceHasIndex) written.push(INDEX_FILE_NAME);
+      await refuseStaleModelFiles(input.dir, written);
+    }
+    for (const file of input.copied) output.files.declare(file.path, file.size);
     const weightMap: Record<string, string> = {};
     let totalSize = 0;
     for (const [file, tensors] of [...byFile].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {

@@ -4,13 +4,16 @@
  * `--tp`) and `bench:load` both call it.
  *
  * How data moves: open the model (files and tensor index from the manifest, or the origin's listing
- * and headers), open the read stream first (a budget too small for the largest part fails before any
- * file is created), then the output (`hf`: the original files byte for byte; `shm`: aligned
- * safetensors files, by default under /dev/shm/weightcast). Each delivered part is written before
- * the next is asked for; the output renames its files into place only when every byte is in, and
- * removes its partial files on any failure.
+ * and headers); for `hf`, refuse a destination holding model files this model would not replace
+ * (they would make a mix of two models; format/model-directory.ts); open the read stream (a budget
+ * too small for the largest part fails before any file is created), then the output (`hf`: the
+ * original files byte for byte; `shm`: aligned safetensors files, by default under
+ * /dev/shm/weightcast). Each delivered part is written before the next is asked for; the output
+ * renames its files into place only when every byte is in, and removes its partial files on any
+ * failure.
  */
 
+import { refuseStaleModelFiles } from '../../format/model-directory-file.js';
 import type { Manifest } from '../../manifest/manifest.js';
 import type { OpenOriginOptions } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
@@ -82,6 +85,12 @@ export async function loadModel(
     ...(options.signal === undefined ? {} : { signal: options.signal }),
   });
   try {
+    if (options.format === 'hf') {
+      await refuseStaleModelFiles(
+        options.to,
+        model.files.map((file) => file.path),
+      );
+    }
     options.onEvent?.({
       type: 'opened',
       verified: model.verified,
