@@ -6,11 +6,14 @@
  * with adversaries: hosts that make up corrupt reports, hosts that send corrupt bytes (the blame
  * column: adversaries caught, honest hosts banned or demoted at the end, re-checks started). Each
  * row prints T_last against the fluid lower bound of the same setting (of the honest hosts).
- * `--max-hosts N` skips larger rows.
+ * Every row runs the scheduler's defaults (its 4 origin readers, as the scheduler runs them) unless
+ * its name says otherwise; the rack-constrained swarm also runs with 8 readers, which it needs: its
+ * origin flows share the rack uplinks with the peers' flows. `--max-hosts N` skips larger rows.
  */
 
 import { parseArgs } from 'node:util';
-import { defaultOriginReaders, simulate, type SimOptions } from '../src/sim/simulate.js';
+import { simulate, type SimOptions } from '../src/sim/simulate.js';
+import { ORIGIN_READERS_DEFAULT } from '../src/swarm/core/types.js';
 import { formatSeconds } from '../src/util/units.js';
 
 const MiB = 1024 * 1024;
@@ -40,7 +43,7 @@ function scenario(
     hedgeTailPieces: 4,
   };
   const merged = { ...base, ...overrides, originReaders: 0 };
-  merged.originReaders = overrides.originReaders ?? defaultOriginReaders(merged);
+  merged.originReaders = overrides.originReaders ?? ORIGIN_READERS_DEFAULT;
   return { name, options: merged, goal };
 }
 
@@ -53,6 +56,14 @@ const CASES: Case[] = [
     pieceBytes: 4 * MiB,
     racks: 10,
     rackUplinkBytesPerSecond: 25 * GBIT,
+  }),
+  scenario('N=100, 10 racks, 25 Gbit/s uplinks, 8 origin readers', {
+    hosts: 100,
+    totalBytes: 10e9,
+    pieceBytes: 4 * MiB,
+    racks: 10,
+    rackUplinkBytesPerSecond: 25 * GBIT,
+    originReaders: 8,
   }),
   scenario('N=100, 5 hosts fail', { hosts: 100, totalBytes: 10e9, pieceBytes: 4 * MiB, failHosts: 5 }),
   scenario('N=100, 1 MiB pieces, not pipelined', {

@@ -103,14 +103,6 @@ export interface SimResult {
 /** Runs stop after this many times the lower bound, whatever happens. */
 const TIME_LIMIT_FACTOR = 50;
 
-export function defaultOriginReaders(
-  options: Pick<SimOptions, 'hosts' | 'originBytesPerSecond' | 'hostBytesPerSecond' | 'downloadsPerHost'>,
-): number {
-  // Enough first-copy transfers to fill the origin's link even when each runs at a fair per-flow share.
-  const perFlow = options.hostBytesPerSecond / options.downloadsPerHost;
-  return Math.max(4, Math.min(options.hosts * 2, 2 * Math.ceil(options.originBytesPerSecond / perFlow)));
-}
-
 export function simulate(options: SimOptions): SimResult {
   const run = new SimRun(options);
   return run.execute();

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { defaultOriginReaders, simulate, type SimOptions } from '../../src/sim/simulate.js';
+import { simulate, type SimOptions } from '../../src/sim/simulate.js';
+import { ORIGIN_READERS_DEFAULT } from '../../src/swarm/core/types.js';
 import { runCli } from '../../src/cli/main.js';
 import { memoryIo } from '../../src/cli/io.js';
 
@@ -24,7 +25,7 @@ function options(overrides: Partial<SimOptions> = {}): SimOptions {
     hedgeTailPieces: 4,
     ...overrides,
   };
-  if (overrides.originReaders === undefined) base.originReaders = defaultOriginReaders(base);
+  if (overrides.originReaders === undefined) base.originReaders = ORIGIN_READERS_DEFAULT;
   return base;
 }
 

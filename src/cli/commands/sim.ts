@@ -1,6 +1,7 @@
 /** `weightcast sim`: the swarm scheduling core in the deterministic simulator, against the fluid bound. */
 
-import { defaultOriginReaders, simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
+import { simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
+import { ORIGIN_READERS_DEFAULT } from '../../swarm/core/types.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
@@ -70,17 +71,16 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     seed: numberFlag(flags.seed, '--seed', 0),
     downloadsPerHost,
     uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
-    originReaders: 0,
+    originReaders:
+      flags.originReaders === undefined
+        ? ORIGIN_READERS_DEFAULT
+        : parsePositiveInt(flags.originReaders, '--origin-readers'),
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
     ...(flags.schedulerLossS === undefined
       ? {}
       : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),
   };
-  options.originReaders =
-    flags.originReaders === undefined
-      ? defaultOriginReaders({ hosts, originBytesPerSecond, hostBytesPerSecond, downloadsPerHost })
-      : parsePositiveInt(flags.originReaders, '--origin-readers');
   if (options.failHosts >= hosts)
     throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
   if (options.failHosts + (options.liarHosts ?? 0) + (options.corruptHosts ?? 0) >= hosts)

@@ -1,7 +1,11 @@
 /** `weightcast sim`: flags and help; the work is in ../commands/sim.ts, imported on run. */
 
 import type { SimFlags } from '../commands/sim.js';
-import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../../swarm/core/types.js';
+import {
+  HEDGE_TAIL_PIECES_DEFAULT,
+  ORIGIN_READERS_DEFAULT,
+  RING_PARENTS_DEFAULT,
+} from '../../swarm/core/types.js';
 import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
 import { descriptionOf, type RegisterCommand } from './index.js';
 
@@ -30,7 +34,11 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
     .option('--seed <n>', 'random seed; the same seed gives the same run', '1')
     .option('--downloads <n>', 'pieces a host downloads at once', '4')
     .option('--uploads <n>', 'pieces a host uploads at once', '4')
-    .option('--origin-readers <n>', 'transfers the origin serves at once (default: enough to fill its link)');
+    .option(
+      '--origin-readers <n>',
+      'transfers the origin serves at once (the scheduler’s default)',
+      String(ORIGIN_READERS_DEFAULT),
+    );
   hedgeTailOption(command, HEDGE_TAIL_PIECES_DEFAULT);
   ringParentsOption(command, RING_PARENTS_DEFAULT)
     .option('--json', 'print one JSON object')

@@ -59,6 +59,12 @@ export interface SwarmConfig {
   ringParents?: number;
 }
 
+/**
+ * Transfers that may read the origin at once: the scheduler's `--origin-readers` and the simulator's
+ * unless told otherwise (one source, so the simulator predicts the swarm the scheduler runs).
+ */
+export const ORIGIN_READERS_DEFAULT = 4;
+
 /** SwarmConfig.ringParents when not given: one ring parent per default download slot. */
 export const RING_PARENTS_DEFAULT = 4;
 

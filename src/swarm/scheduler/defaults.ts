@@ -4,7 +4,7 @@
  * which has no imports of its own.
  */
 
-import { HEDGE_TAIL_PIECES_DEFAULT, RING_PARENTS_DEFAULT } from '../core/types.js';
+import { HEDGE_TAIL_PIECES_DEFAULT, ORIGIN_READERS_DEFAULT, RING_PARENTS_DEFAULT } from '../core/types.js';
 
 export interface SwarmServiceOptions {
   /** At most this many transfers read the origin at once (`--origin-readers`). */
@@ -28,7 +28,7 @@ export interface SwarmServiceOptions {
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
-  originReaders: 4,
+  originReaders: ORIGIN_READERS_DEFAULT,
   originBytesPerSecond: 1.25e9,
   downloadsPerHost: 4,
   uploadsPerHost: 4,
