@@ -192,14 +192,14 @@ export class ParentSearch implements ParentFinder {
   /**
    * Whether `host` (in `rack`) may fetch `piece` from another rack now (racks.ts): its rack has room
    * for another piece on its way in, the piece is not on its way in already, and while the origin
-   * is sending, no healthy rack-mate holds it. A host with bans of its own does not wait for a
-   * rack-mate's copy: it may be one the host refuses.
+   * is sending, no healthy rack-mate holds it. A host with bans of its own is exempt: it has fewer
+   * parents left, and the copy it would wait for may come from one it refuses.
    */
   mayCross(host: number, rack: number, piece: number): boolean {
     const crossings = this.crossings;
-    if (crossings === undefined) return true;
+    if (crossings === undefined || this.banCounts[host]! > 0) return true;
     if (!crossings.hasRoom(rack) || crossings.isComing(rack, piece)) return false;
-    return !crossings.originSending || this.banCounts[host]! > 0 || !this.rackHolds(rack, piece);
+    return !crossings.originSending || !this.rackHolds(rack, piece);
   }
 
   /** True when a host of `rack` that is neither banned nor demoted holds `piece`. */
