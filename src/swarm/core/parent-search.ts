@@ -8,7 +8,8 @@
  * host's rack, its zone and elsewhere are scored with parentScore() up to PARENT_CANDIDATES_MAX per
  * tier, farther tiers only while nothing healthy and nearer has been found; the pass stops once the
  * best possible tier is taken. Equal scores go to a random candidate. The cost is one AND per
- * 32 hosts plus a few scores, with no allocation.
+ * 32 hosts plus a few scores, with no allocation. A host with a rack label looks outside its rack
+ * only when the rack crossing rule allows (racks.ts, mayCross), asked at most once per search.
  */
 
 import { lowestBit } from './bitfield.js';
@@ -22,6 +23,7 @@ import {
   type ParentRecords,
 } from './parent-score.js';
 import type { ParentFinder } from './piece-select.js';
+import type { RackCrossings } from './racks.js';
 import type { Random } from './random.js';
 import type { TransferTable } from './transfers.js';
 
@@ -31,6 +33,9 @@ export const PARENT_CANDIDATES_MAX = 4;
 export const BANS_PER_HOST_MAX = 32;
 
 const NONE = -1;
+const ACROSS_UNKNOWN = 0;
+const ACROSS_YES = 1;
+const ACROSS_NO = 2;
 /** The lowest scores of a parent that is not demoted: anywhere, in the zone, in the rack. */
 const HEALTHY_MIN = parentScore(false, TIER_OTHER, 0);
 const HEALTHY_ZONE_MIN = parentScore(false, TIER_ZONE, 0);
@@ -42,6 +47,8 @@ export class ParentSearch implements ParentFinder {
   private readonly parents: ParentRecords;
   private readonly random: Random;
   private readonly uploadsMax: number;
+  /** The rack crossing rule's counts (racks.ts); without them a host may fetch from any rack. */
+  private readonly crossings: RackCrossings | undefined;
 
   private readonly free = new HostBits();
   private freeCount = 0;
@@ -63,12 +70,14 @@ export class ParentSearch implements ParentFinder {
     parents: ParentRecords,
     random: Random,
     uploadsMax: number,
+    crossings?: RackCrossings,
   ) {
     this.holders = holders;
     this.transfers = transfers;
     this.parents = parents;
     this.random = random;
     this.uploadsMax = uploadsMax;
+    this.crossings = crossings;
   }
 
   /** Makes room for host ids below `hostCount` (call after the holder rows grew). */
@@ -167,8 +176,48 @@ export class ParentSearch implements ParentFinder {
     return true;
   }
 
-  /** The best eligible parent of `piece` for `host`, never `exclude`; -1 when none is free now. */
+  /**
+   * The best eligible parent of `piece` for `host`, never `exclude`; -1 when none is free now. A
+   * host with a rack label looks outside its rack only when mayCross allows (racks.ts).
+   */
   findParent(host: number, piece: number, exclude: number): number {
+    return this.search(host, piece, exclude, true);
+  }
+
+  /** findParent without the rack crossing rule (a piece a loader waits for). */
+  findParentAnywhere(host: number, piece: number): number {
+    return this.search(host, piece, NONE, false);
+  }
+
+  /**
+   * Whether `host` (in `rack`) may fetch `piece` from another rack now (racks.ts): its rack has room
+   * for another piece on its way in, the piece is not on its way in already, and while the origin
+   * is sending, no healthy rack-mate holds it. A host with bans of its own is exempt: it has fewer
+   * parents left, and the copy it would wait for may come from one it refuses.
+   */
+  mayCross(host: number, rack: number, piece: number): boolean {
+    const crossings = this.crossings;
+    if (crossings === undefined || this.banCounts[host]! > 0) return true;
+    if (!crossings.hasRoom(rack) || crossings.isComing(rack, piece)) return false;
+    return !crossings.originSending || !this.rackHolds(rack, piece);
+  }
+
+  /** True when a host of `rack` that is neither banned nor demoted holds `piece`. */
+  rackHolds(rack: number, piece: number): boolean {
+    const bits = this.racks.bits(rack);
+    if (bits === undefined) return false;
+    const base = piece * this.holders.rowWords;
+    for (const w of this.racks.wordIndices(rack)) {
+      let held = this.holders.rows[base + w]! & bits[w]!;
+      while (held !== 0) {
+        if (!this.parents.isDemoted((w << 5) + lowestBit(held))) return true;
+        held &= held - 1;
+      }
+    }
+    return false;
+  }
+
+  private search(host: number, piece: number, exclude: number, gated: boolean): number {
     this.best = NONE;
     this.bestScore = -1;
     this.ties = 0;
@@ -184,6 +233,8 @@ export class ParentSearch implements ParentFinder {
     let near = 0;
     let middle = 0;
     let far = 0;
+    // Outside the rack: unknown until a candidate there is met (most searches never meet one).
+    let across = rack < 0 || !gated ? ACROSS_YES : ACROSS_UNKNOWN;
     // Most rows have no eligible bit at all: the tight test comes first, the tiers only on a hit.
     for (let i = 0, w = this.random.below(rowWords); i < rowWords; i++, w = w + 1 === rowWords ? 0 : w + 1) {
       const eligible = rows[base + w]! & free[w]!;
@@ -191,6 +242,9 @@ export class ParentSearch implements ParentFinder {
       const inRack = rackBits !== undefined && w < rackBits.length ? eligible & rackBits[w]! : 0;
       near = this.considerBits(host, inRack, w, exclude, near);
       if (this.bestScore >= HEALTHY_RACK_MIN) continue;
+      if (across === ACROSS_UNKNOWN && (eligible & ~inRack) !== 0)
+        across = this.mayCross(host, rack, piece) ? ACROSS_YES : ACROSS_NO;
+      if (across === ACROSS_NO) continue;
       const inZone = zoneBits !== undefined && w < zoneBits.length ? eligible & zoneBits[w]! & ~inRack : 0;
       middle = this.considerBits(host, inZone, w, exclude, middle);
       if (this.bestScore >= HEALTHY_ZONE_MIN) continue;

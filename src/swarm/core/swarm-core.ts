@@ -18,8 +18,8 @@
  * busy), searches are cut short and the offers do the matching.
  *
  * The policies live in their own modules: rarity.ts and piece-select.ts (rarest-first), origin.ts
- * (first copies), parent-search.ts and parent-score.ts (which parent), offer.ts (what a free parent
- * offers), priority.ts (lazy loading); the state in bitfield.ts, holders.ts, in-flight.ts,
+ * (first copies), parent-search.ts and parent-score.ts (which parent), racks.ts (when a host in a
+ * rack may fetch from another rack), offer.ts (what a free parent offers), priority.ts (lazy loading); the state in bitfield.ts, holders.ts, in-flight.ts,
  * transfers.ts, parked.ts and int-set.ts. This file composes them and owns the per-host state.
  *
  * Costs, per transfer (assignment plus report): O(1) index updates, plus a bounded search: at most
@@ -50,6 +50,7 @@ import {
   type HostPieces,
 } from './piece-select.js';
 import { PriorityQueues } from './priority.js';
+import { RackCrossings } from './racks.js';
 import { Random } from './random.js';
 import { RarityIndex } from './rarity.js';
 import { Rechecks, type Recheck } from './recheck.js';
@@ -138,6 +139,7 @@ export class SwarmCore {
   private readonly missing = new MissingLists();
   private readonly inFlight: InFlightPieces;
   private readonly search: ParentSearch;
+  private readonly crossings: RackCrossings;
   private readonly rechecks = new Rechecks();
   /** Per host: corrupt reports made after it was distrusted (see IGNORED_REPORTS_EJECT). */
   private ignoredReports = new Int32Array(0);
@@ -189,12 +191,14 @@ export class SwarmCore {
     this.rarity = new RarityIndex(config.pieceCount, HOSTS_MAX, this.random);
     this.holders = new HolderBits(config.pieceCount);
     this.transfers = new TransferTable(1024);
+    this.crossings = new RackCrossings(config.originReadersMax, this.rarity);
     this.search = new ParentSearch(
       this.holders,
       this.transfers,
       this.parents,
       this.random,
       config.uploadsPerHostMax,
+      this.crossings,
     );
     this.origin = new OriginPolicy(
       config.pieceCount,
@@ -509,6 +513,7 @@ export class SwarmCore {
   private checkTransfers(): Map<number, number> {
     const perPiece = new Map<number, number>();
     const originPerPiece = new Map<number, number>();
+    const intoRack = new Map<number, number>();
     let total = 0;
     let originActive = 0;
     for (let host = 0; host < this.present.length; host++) {
@@ -526,6 +531,10 @@ export class SwarmCore {
         if (isEnding) ending++;
         else downloads++;
         perPiece.set(host * this.pieceCount + piece, (perPiece.get(host * this.pieceCount + piece) ?? 0) + 1);
+        if (this.crossesRacks(host, this.transfers.from[slot]!)) {
+          const key = this.search.rackOf(host) * this.pieceCount + piece;
+          intoRack.set(key, (intoRack.get(key) ?? 0) + 1);
+        }
         if (this.transfers.from[slot] !== ORIGIN) continue;
         originPerPiece.set(piece, (originPerPiece.get(piece) ?? 0) + 1);
         if (!isEnding) fromOrigin++;
@@ -556,7 +565,26 @@ export class SwarmCore {
       if (this.origin.inFlight(piece) !== expected)
         assert(false, `piece ${piece}: origin transfers in flight`);
     }
+    this.checkRackEntries(intoRack);
     return perPiece;
+  }
+
+  /** Recounts the pieces on their way into each rack (racks.ts) from `intoRack`, keyed rack * pieceCount + piece. */
+  private checkRackEntries(intoRack: Map<number, number>): void {
+    const perRack = new Int32Array(this.rackIds.size);
+    for (const [key, count] of intoRack) {
+      const rack = Math.floor(key / this.pieceCount);
+      const piece = key % this.pieceCount;
+      perRack[rack]! += count;
+      if (this.crossings.comingCount(rack, piece) !== count)
+        assert(
+          false,
+          `rack ${rack}: piece ${piece} on its way in ${this.crossings.comingCount(rack, piece)} times`,
+        );
+    }
+    for (let rack = 0; rack < perRack.length; rack++)
+      if (this.crossings.entering(rack) !== perRack[rack])
+        assert(false, `rack ${rack}: ${this.crossings.entering(rack)} pieces on their way in`);
   }
 
   // ---- planning -----------------------------------------------------------------------------------
@@ -600,7 +628,7 @@ export class SwarmCore {
         this.start(host, piece, ORIGIN, false);
         return true;
       }
-      const parent = this.search.findParent(host, piece, NONE);
+      const parent = this.search.findParentAnywhere(host, piece);
       if (parent === NONE) continue;
       this.start(host, piece, parent, false);
       return true;
@@ -785,7 +813,8 @@ export class SwarmCore {
           tries % 2 === 0 ? this.parked.randomNear(rack, zone, this.random) : this.parked.random(this.random);
         // Hosts whose missing pieces are all in flight (common in the tail) are skipped unread.
         const offerable = this.lackingAvailable(host) > 0 && !this.search.isBannedFor(host, parent);
-        const piece = offerable ? this.offeredPiece(parent, host) : NONE;
+        let piece = offerable ? this.offeredPiece(parent, host) : NONE;
+        if (piece !== NONE && !this.mayCrossTo(host, parent, piece)) piece = NONE;
         if (piece === NONE) {
           misses++;
           continue;
@@ -874,6 +903,21 @@ export class SwarmCore {
     }
     const best = this.search.findParent(host, piece, NONE);
     this.start(host, piece, best !== NONE ? best : parent, false);
+  }
+
+  /**
+   * Whether `host` is in a rack and `from` (a host or the origin) outside it: a transfer between
+   * them crosses the rack's uplink (racks.ts).
+   */
+  private crossesRacks(host: number, from: number): boolean {
+    const rack = this.search.rackOf(host);
+    return rack !== NONE && (from === ORIGIN || this.search.rackOf(from) !== rack);
+  }
+
+  /** The rack crossing rule (racks.ts) for `host` taking `piece` from parent `from`. */
+  private mayCrossTo(host: number, from: number, piece: number): boolean {
+    if (!this.crossesRacks(host, from)) return true;
+    return this.search.mayCross(host, this.search.rackOf(host), piece);
   }
 
   private parkIfFull(host: number): void {
@@ -1092,6 +1136,7 @@ export class SwarmCore {
   private start(host: number, piece: number, from: number, hedge: boolean): void {
     const slot = this.transfers.start(host, piece, from, hedge);
     this.inFlight.add(host, piece);
+    if (this.crossesRacks(host, from)) this.crossings.start(this.search.rackOf(host), piece);
     if (from === ORIGIN) {
       this.origin.start(host, piece);
       this.stats.originBytesAssigned += piece === this.pieceCount - 1 ? this.lastPieceBytes : this.pieceBytes;
@@ -1110,6 +1155,7 @@ export class SwarmCore {
     const from = this.transfers.from[slot]!;
     const ended = this.transfers.isEnding(slot);
     this.transfers.finish(slot);
+    if (this.crossesRacks(host, from)) this.crossings.finish(this.search.rackOf(host), piece);
     if (from === ORIGIN) {
       this.origin.finish(host, piece, ended);
     } else if (this.isPresent(from)) {

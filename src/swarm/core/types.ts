@@ -13,7 +13,10 @@ export const ORIGIN: HostId = -1;
 
 export interface HostSpec {
   id: HostId;
-  /** Locality labels: parents in the same rack, then the same zone, are preferred. */
+  /**
+   * Locality labels: parents in the same rack, then the same zone, are preferred. A host with a rack
+   * label fetches from other racks only as the rack crossing rule allows (racks.ts).
+   */
   zone?: string;
   rack?: string;
   uploadBytesPerSecond: number;
