@@ -19,8 +19,9 @@
  *
  * The policies live in their own modules: rarity.ts and piece-select.ts (rarest-first), origin.ts
  * (first copies), parent-search.ts and parent-score.ts (which parent), racks.ts (when a host in a
- * rack may fetch from another rack), offer.ts (what a free parent offers), priority.ts (lazy loading); the state in bitfield.ts, holders.ts, in-flight.ts,
- * transfers.ts, parked.ts and int-set.ts. This file composes them and owns the per-host state.
+ * rack may fetch from another rack), offer.ts (what a free parent offers), priority.ts (lazy
+ * loading); the state in bitfield.ts, holders.ts, in-flight.ts, transfers.ts, parked.ts and
+ * int-set.ts. This file composes them and owns the per-host state.
  *
  * Costs, per transfer (assignment plus report): O(1) index updates, plus a bounded search: at most
  * WALK_PARENT_CHECKS_MAX parent lookups, each one AND per 32 hosts; no allocation but the
