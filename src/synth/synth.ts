@@ -16,8 +16,7 @@ import {
   planSafetensorsLayout,
   type SafetensorsLayout,
 } from '../format/safetensors-writer.js';
-import { staleModelFiles, staleModelFilesError } from '../format/model-directory.js';
-import { listDirectoryNames } from '../format/model-directory-file.js';
+import { refuseStaleModelFiles } from '../format/model-directory-file.js';
 import type { ModelDims, SynthArch, SynthDtype, SynthTensor } from './architectures.js';
 import { planSynth, type SynthOptions } from './plan.js';
 import { checkFreeSpace, type PlannedFile } from './space.js';
@@ -120,13 +119,12 @@ async function checkDestination(
   dir: string,
   planned: readonly { name: string; bytes: number }[],
 ): Promise<void> {
-  const present = await listDirectoryNames(dir);
-  const stale = staleModelFiles(
-    present,
-    planned.map((file) => file.name),
+  const names = new Set(
+    await refuseStaleModelFiles(
+      dir,
+      planned.map((file) => file.name),
+    ),
   );
-  if (stale.length > 0) throw staleModelFilesError(dir, stale);
-  const names = new Set(present);
   const files: PlannedFile[] = [];
   for (const file of planned) {
     const replacedBytes = names.has(file.name) ? await sizeOf(join(dir, file.name)) : 0;
