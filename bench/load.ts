@@ -29,7 +29,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { parseSafetensorsBuffer } from '../src/format/safetensors.js';
+import { parseSafetensorsBuffer, readSafetensorsHeaderFromFile } from '../src/format/safetensors.js';
 import { loadTensors } from '../src/loader/stream/load.js';
 import { loadModel } from '../src/loader/stream/load-model.js';
 import { buildParallelPlan } from '../src/loader/plan/build.js';
@@ -39,6 +39,7 @@ import { buildManifest } from '../src/manifest/build.js';
 import { loadManifest, PIECE_SIZE_DEFAULT, writeManifest, type Manifest } from '../src/manifest/manifest.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import type { SynthArch } from '../src/synth/architectures.js';
+import { planSynth } from '../src/synth/plan.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { Cluster, type AgentStatus } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs } from './bench-args.js';
@@ -246,22 +247,32 @@ async function cachedModel(sizeMb: number): Promise<{ dir: string; manifestPath:
   const dir = join(root, 'model');
   const manifestPath = join(root, 'manifest.json');
   const marker = join(root, 'complete');
-  if (
-    await stat(marker).then(
-      () => true,
-      () => false,
-    )
-  )
-    return { dir, manifestPath };
+  const options = { arch: 'llama' as const, sizeBytes: sizeMb * MiB, seed: 1 };
+  // The marker holds the config the synthesiser plans today: a model made by an older synthesiser
+  // (other dimensions) is made again rather than measured in its place.
+  const planned = JSON.stringify(planSynth(options).config) + '\n';
+  const made = await readFile(marker, 'utf8').catch(() => undefined);
+  if (made === planned) return { dir, manifestPath };
   await rm(root, { recursive: true, force: true });
   await mkdir(root, { recursive: true });
   process.stderr.write(`synthesising a ${sizeMb} MiB llama checkpoint into ${root} (kept for later runs)\n`);
-  await synthesizeModel({ dir, arch: 'llama', sizeBytes: sizeMb * MiB, seed: 1 });
+  await synthesizeModel({ dir, ...options });
   const origin = new LocalOrigin(dir);
   await writeManifest(manifestPath, await buildManifest(origin, { pieceSize: PIECE_SIZE_DEFAULT }));
   await origin.close();
-  await writeFile(marker, new Date().toISOString() + '\n');
+  await writeFile(marker, planned);
   return { dir, manifestPath };
+}
+
+/** The largest tensor of the model's files, in bytes: what a whole-tensor stream must hold at once. */
+async function largestTensorBytes(files: readonly string[]): Promise<number> {
+  let largest = 0;
+  for (const file of files) {
+    for (const tensor of (await readSafetensorsHeaderFromFile(file)).tensors) {
+      largest = Math.max(largest, tensor.end - tensor.start);
+    }
+  }
+  return largest;
 }
 
 // ---- the table ---------------------------------------------------------------------------------------
@@ -359,13 +370,19 @@ async function main({ sizeMb, memoryMb, cold }: LoadArgs): Promise<void> {
     goal: `>= 0.9 x cat; ${rssGoal}`,
     met: catWarm.seconds / stream.seconds >= 0.9 && (stream.peakRssBytes ?? 0) <= budgetBytes,
   });
-  const whole = await loaderChild('stream', dir, buffersMb, manifestPath);
+  // Whole tensors need a window of the largest tensor (the loader refuses a smaller budget with
+  // LOADER_TENSOR_TOO_LARGE), which may be more than the parts' budget: this row gets that much.
+  const largestMb = Math.ceil((await largestTensorBytes(files)) / MiB);
+  const wholeBuffersMb = Math.max(buffersMb, largestMb);
+  const wholeBudgetMb = wholeBuffersMb + RUNTIME_ALLOWANCE_MB;
+  const whole = await loaderChild('stream', dir, wholeBuffersMb, manifestPath);
+  if (wholeBuffersMb > buffersMb) whole.note = `the largest tensor is ${largestMb} MiB`;
   rows.push({
-    what: `stream into memory, no manifest, whole tensors, ${buffersMb} MiB budget`,
+    what: `stream into memory, no manifest, whole tensors, ${wholeBuffersMb} MiB budget`,
     bytes,
     measured: whole,
-    goal: rssGoal,
-    met: (whole.peakRssBytes ?? 0) <= budgetBytes,
+    goal: `peak RSS <= ${wholeBudgetMb} MiB`,
+    met: (whole.peakRssBytes ?? 0) <= wholeBudgetMb * MiB,
   });
   const verified = await loaderChild('stream-verified-parts', dir, buffersMb, manifestPath);
   verified.note =
