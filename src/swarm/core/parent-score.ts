@@ -140,6 +140,16 @@ export class ParentRecords {
     return this.banned[host] === 1 || this.corrupt[host] === 1 || this.distrusted[host] === 1;
   }
 
+  /**
+   * Blamed for corrupt uploads: banned, or accused by enough hosts (`corrupt`). Such a host takes no
+   * first copies, no ring parent's slot and fewer downloads (swarm-core.ts) while others are in good
+   * standing; it stays a parent of last resort for hosts that have not banned it, so witnesses can
+   * still clear it. Reversible while not banned.
+   */
+  blamedForUploads(host: number): boolean {
+    return this.banned[host] === 1 || this.corrupt[host] === 1;
+  }
+
   isDemoted(host: number): boolean {
     return (
       this.slow[host] === 1 ||

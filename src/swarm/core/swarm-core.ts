@@ -104,6 +104,8 @@ export const IGNORED_REPORTS_EJECT = 8;
 const PROBER_PARKED_TRIES = 4;
 const PROBER_LOOKS_PER_RECHECK = 256;
 const PROBER_LOOKS_MAX = 1024;
+/** Downloads at once for a host blamed for corrupt uploads (downloadsLimit). */
+const BLAMED_DOWNLOADS_MAX = 2;
 const NONE = -1;
 
 export class SwarmCore {
@@ -489,7 +491,7 @@ export class SwarmCore {
       if (present && heldCount < this.pieceCount) downloading++;
       if (this.parked.has(host)) {
         if (!this.isDownloading(host)) assert(false, `host ${host} is parked but not downloading`);
-        if (this.transfers.downloads[host]! >= this.downloadsMax)
+        if (this.transfers.downloads[host]! >= this.downloadsLimit(host))
           assert(false, `host ${host} is parked with no free slot`);
       }
       for (let piece = 0; present && piece < this.pieceCount; piece++) {
@@ -596,8 +598,9 @@ export class SwarmCore {
       this.parked.delete(host);
       return;
     }
-    while (this.transfers.downloads[host]! < this.downloadsMax && this.assignOne(host));
-    if (this.transfers.downloads[host]! < this.downloadsMax) {
+    const limit = this.downloadsLimit(host);
+    while (this.transfers.downloads[host]! < limit && this.assignOne(host));
+    if (this.transfers.downloads[host]! < limit) {
       this.parked.add(host);
       return;
     }
@@ -727,9 +730,13 @@ export class SwarmCore {
     const length = Math.min(this.missing.length(host), PRIORITY_EXAMINED_MAX);
     for (let i = 0; i < length; i++) {
       const piece = this.missing.at(host, i);
+      // A piece no counted host holds is a first copy still to send or on its way: the origin's own
+      // turns serve it once, and this host fetches it from whoever got it (every host with bans asked
+      // the origin for it, as "every holder" of no holder is banned: up to 3 copies of a piece).
       if (
         hasBit(held, piece) ||
         this.inFlight.has(host, piece) ||
+        this.rarity.count[piece] === 0 ||
         !this.search.allHoldersBanned(host, piece)
       ) {
         continue;
@@ -785,7 +792,11 @@ export class SwarmCore {
         this.parkIfFull(host);
         continue;
       }
-      if (this.origin.transfersTo(host) >= cap || !this.origin.hasTurn(host, this.hostsDownloading, cap))
+      if (
+        this.origin.transfersTo(host) >= cap ||
+        !this.origin.hasTurn(host, this.hostsDownloading, cap) ||
+        !this.mayTakeFirstCopies(host)
+      )
         continue;
       if (!this.assignFirstCopy(host)) return;
       this.parkIfFull(host);
@@ -922,7 +933,19 @@ export class SwarmCore {
   }
 
   private parkIfFull(host: number): void {
-    if (this.transfers.downloads[host]! >= this.downloadsMax) this.parked.delete(host);
+    if (this.transfers.downloads[host]! >= this.downloadsLimit(host)) this.parked.delete(host);
+  }
+
+  /**
+   * Downloads planned for `host` at once: downloadsPerHostMax, or BLAMED_DOWNLOADS_MAX for a host
+   * blamed for corrupt uploads (parent-score.ts), which gives little or nothing back: the upload
+   * slots it would hold are what the hosts in good standing need to finish at their links' rate
+   * (8 hosts, 2 sending corrupt bytes: the honest hosts took 14-15 s instead of 11.6).
+   */
+  private downloadsLimit(host: number): number {
+    return this.parents.blamedForUploads(host)
+      ? Math.min(BLAMED_DOWNLOADS_MAX, this.downloadsMax)
+      : this.downloadsMax;
   }
 
   /**
@@ -952,7 +975,31 @@ export class SwarmCore {
   private originMayServe(host: number): boolean {
     if (!this.origin.hasFreeReader() || !this.origin.hasUnserved(this.rarity)) return false;
     const cap = this.originPerHostMax();
-    return this.origin.transfersTo(host) < cap && this.origin.hasTurn(host, this.hostsDownloading, cap);
+    return (
+      this.origin.transfersTo(host) < cap &&
+      this.origin.hasTurn(host, this.hostsDownloading, cap) &&
+      this.mayTakeFirstCopies(host)
+    );
+  }
+
+  /**
+   * A host blamed for corrupt uploads takes no first copies while a host in good standing is
+   * downloading: the hosts that banned it for themselves cannot fetch what it holds, so a first copy
+   * it took would be sent by the origin again (8 hosts, one sending corrupt bytes: the origin sent
+   * 1.05-1.08 x S). It gets every piece from peers. The scan runs only for a blamed host, which is rare.
+   */
+  private mayTakeFirstCopies(host: number): boolean {
+    if (!this.parents.blamedForUploads(host)) return true;
+    for (let other = 0; other < this.present.length; other++) {
+      if (
+        other !== host &&
+        this.isDownloading(other) &&
+        !this.isEjected(other) &&
+        !this.parents.blamedForUploads(other)
+      )
+        return false;
+    }
+    return true;
   }
 
   private originPerHostMax(): number {
@@ -977,6 +1024,7 @@ export class SwarmCore {
     const wasBanned = this.parents.banned[parent] === 1;
     const verdict = this.parents.recordCorrupt(parent, host);
     if (verdict === 'banned' && !wasBanned && this.isPresent(parent)) this.withdrawParent(parent);
+    this.replanAfterVerdict(parent);
     return verdict;
   }
 
@@ -984,6 +1032,7 @@ export class SwarmCore {
   private refute(recheck: Recheck): void {
     this.stats.rechecksRefuted++;
     this.parents.refute(recheck.parent, recheck.accuser);
+    this.replanAfterVerdict(recheck.parent);
   }
 
   /**
@@ -997,12 +1046,26 @@ export class SwarmCore {
     const wasBanned = this.parents.banned[parent] === 1;
     const verdict = this.parents.confirm(parent, prober);
     if (verdict === 'banned' && !wasBanned && this.isPresent(parent)) this.withdrawParent(parent);
+    this.replanAfterVerdict(parent);
+  }
+
+  /**
+   * A verdict may have changed `host`'s download limit (downloadsLimit): a parked host with no free
+   * slot under it is parked no more, and a host cleared of blame is planned again.
+   */
+  private replanAfterVerdict(host: number): void {
+    if (!this.isPresent(host)) return;
+    if (this.transfers.downloads[host]! >= this.downloadsLimit(host)) this.parked.delete(host);
+    else if (this.isDownloading(host)) this.ready.add(host);
   }
 
   /** A verified upload from `parent`; the first one vouches for it, settling its deferred re-checks. */
   private recordVerified(parent: number, bytesPerSecond: number | undefined, receiver: number): void {
     const wasVouched = this.parents.vouched(parent);
+    const wasBlamed = this.parents.blamedForUploads(parent);
     this.parents.recordVerified(parent, bytesPerSecond, receiver);
+    // Witnesses that outnumber the accusers clear a parent.
+    if (wasBlamed && !this.parents.blamedForUploads(parent)) this.replanAfterVerdict(parent);
     if (wasVouched || this.rechecks.deferredCount === 0 || !this.parents.vouched(parent)) return;
     for (const accused of this.rechecks.takeDeferred(parent)) this.confirm(accused, parent);
   }
@@ -1072,7 +1135,7 @@ export class SwarmCore {
       host !== accuser &&
       this.isDownloading(host) &&
       this.parents.distrusted[host] !== 1 &&
-      this.transfers.downloads[host]! < this.downloadsMax &&
+      this.transfers.downloads[host]! < this.downloadsLimit(host) &&
       !hasBit(this.held[host]!, piece) &&
       !this.inFlight.has(host, piece) &&
       !this.search.isBannedFor(host, parent)
@@ -1109,6 +1172,10 @@ export class SwarmCore {
 
   /** SwarmConfig.ringParents: a piece from the first ring parent without a live transfer to `host`. */
   private assignRing(host: number): boolean {
+    // A host blamed for corrupt uploads holds no ring parent's slot: the hosts that share that parent
+    // with it need it (8 hosts, 2 sending corrupt bytes: the honest host whose ring held both fetched
+    // from 2 parents and finished 5 s after the rest). It fetches what parents have free.
+    if (this.parents.blamedForUploads(host)) return false;
     const hosts = this.present.length;
     // A host with a rack label rings with its rack-mates only, one with just a zone label with its
     // zone-mates: pairings stay off the rack uplinks and the links between zones.
