@@ -70,11 +70,24 @@ describe('a pull through an agent', { timeout: 60_000 }, () => {
         () => assert.fail('the pull should fail'),
         (error: { code?: number; stderr?: string }) => error,
       );
-      // Killed once it has joined the model and is fetching it.
+      // Killed once it has joined the model and is fetching it. It logs the join just before it
+      // answers the pull, so the kill waits for a verified piece too: the answer went out before any
+      // fetch's bytes could land, and the pull is past its join, waiting on the agent.
       const joined = (): boolean => agent?.lines.some((line) => line.includes('joined')) === true;
       for (let wait = 0; wait < 100 && !joined(); wait++)
         await new Promise((resolve) => setTimeout(resolve, 50));
       assert.ok(joined(), 'the agent never joined the model');
+      const hex = manifestDigest(manifest).slice('sha256:'.length);
+      const held = async (): Promise<number> => {
+        const answer = await fetch(`${agent?.url}/v1/local/models/${hex}`).catch(() => undefined);
+        return answer?.ok === true ? ((await answer.json()) as { held: number }).held : 0;
+      };
+      let pieces = 0;
+      for (let wait = 0; wait < 200 && pieces === 0; wait++) {
+        pieces = await held();
+        if (pieces === 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.ok(pieces > 0, 'the agent verified no piece');
       agent.child.kill('SIGKILL');
       const failed = await pull;
       assert.equal(failed.code, 1, failed.stderr);
