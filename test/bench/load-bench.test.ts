@@ -1,10 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 const LOAD_BENCH = fileURLToPath(new URL('../../bench/load.js', import.meta.url));
 /** The model's largest tensor (its embedding, ~67 MiB) is larger than the parts' 64 MiB budget. */
@@ -17,23 +18,22 @@ function missingTools(): string[] {
   );
 }
 
-function run(
+const execute = promisify(execFile);
+
+/** Runs the benchmark; its exit code and output whether it succeeds or not. */
+async function run(
   args: string[],
   env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [LOAD_BENCH, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 240_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out, err });
-    });
-  });
+): Promise<{ code: number; out: string; err: string }> {
+  const options = { env, timeout: 240_000, maxBuffer: 16 * 1024 * 1024 };
+  return execute(process.execPath, [LOAD_BENCH, ...args], options).then(
+    ({ stdout, stderr }) => ({ code: 0, out: stdout, err: stderr }),
+    (error: { code?: number; stdout?: string; stderr?: string }) => ({
+      code: typeof error.code === 'number' ? error.code : -1,
+      out: error.stdout ?? '',
+      err: error.stderr ?? '',
+    }),
+  );
 }
 
 test(

@@ -85,6 +85,16 @@ function startPull(dest: string, route: Route): Running {
   return { child, pid: child.pid, exited };
 }
 
+/** Pulls into `dest` by each route in turn: each completes and leaves no lock; the model is there. */
+async function laterPullsComplete(dest: string, routes: readonly Route[]): Promise<void> {
+  for (const route of routes) {
+    const next = await within(startPull(dest, route).exited, `a later ${route} pull ending`);
+    assert.equal(next.code, 0, next.stderr);
+    assert.equal(existsSync(lockOf(dest)), false);
+  }
+  assert.ok(await sameFiles(modelDir, dest, paths));
+}
+
 /** Runs `body` with an agent process of its own (an empty cache, writing into pulls' destinations). */
 async function withAgent(name: string, body: () => Promise<void>): Promise<void> {
   const argv = [CLI, 'agent', '--scheduler', scheduler.url, '--cache', join(work.path, `cache-${name}`)];
@@ -207,12 +217,7 @@ describe('two pulls into one destination', { timeout: 120_000 }, () => {
       // The agent wrote the files in place: its partial files' folder is gone, and the lock's too.
       await assertOnlyModel(dest);
       // Released: a later pull of either kind proceeds (and finds the model in place).
-      for (const route of ['agent', 'origin'] as const) {
-        const next = await within(startPull(dest, route).exited, `a later ${route} pull ending`);
-        assert.equal(next.code, 0, next.stderr);
-        assert.equal(existsSync(lockOf(dest)), false);
-      }
-      assert.ok(await sameFiles(modelDir, dest, paths));
+      await laterPullsComplete(dest, ['agent', 'origin']);
     });
   });
 
@@ -265,12 +270,7 @@ describe('the lock goes with its pull', { timeout: 120_000 }, () => {
     first.child.kill('SIGKILL');
     await within(first.exited, 'the killed pull ending');
     assert.equal(existsSync(lockOf(dest)), true, 'a killed pull cannot remove its lock');
-    for (const route of ['scheduler', 'origin'] as const) {
-      const next = await within(startPull(dest, route).exited, `a ${route} pull after the kill ending`);
-      assert.equal(next.code, 0, next.stderr);
-      assert.equal(existsSync(lockOf(dest)), false);
-    }
-    assert.ok(await sameFiles(modelDir, dest, paths));
+    await laterPullsComplete(dest, ['scheduler', 'origin']);
   });
 
   it('left by a killed pull through the agent, is taken over by the next', async () => {

@@ -1,7 +1,6 @@
 /** `weightcast sim`: the swarm scheduling core in the deterministic simulator, against the fluid bound. */
 
 import { simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
-import { ORIGIN_READERS_DEFAULT } from '../../swarm/core/types.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
@@ -23,7 +22,7 @@ export interface SimFlags {
   seed: string;
   downloads: string;
   uploads: string;
-  originReaders?: string;
+  originReaders: string;
   hedgeTail: string;
   ringParents: string;
   json?: boolean;
@@ -71,10 +70,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     seed: numberFlag(flags.seed, '--seed', 0),
     downloadsPerHost,
     uploadsPerHost: parsePositiveInt(flags.uploads, '--uploads'),
-    originReaders:
-      flags.originReaders === undefined
-        ? ORIGIN_READERS_DEFAULT
-        : parsePositiveInt(flags.originReaders, '--origin-readers'),
+    originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
     ...(flags.schedulerLossS === undefined
