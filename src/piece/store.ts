@@ -32,6 +32,7 @@ import { constants } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../errors.js';
+import { allocatedBytes, checkFreeSpace, freeSpaceAt } from '../util/free-space.js';
 import type { HashPool } from '../manifest/hash-pool.js';
 import { manifestDigest, type ManifestFile } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
@@ -73,6 +74,12 @@ export interface PieceStoreOptions {
    * (direct-io.ts), where the file system allows it. Default false.
    */
   directIo?: boolean;
+  /**
+   * Refuse to open (IO, naming both sizes) when the file system under `dataDir` lacks room for the
+   * blocks the model still needs (checkSpace below): for stores that will hold the whole model (a
+   * pull, an agent's join), not for a seed node's share. Default false.
+   */
+  checkSpace?: boolean;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -161,6 +168,15 @@ export class PieceStore {
     if (discarded) {
       await rm(options.dataDir, { recursive: true, force: true });
       await mkdir(options.dataDir, { recursive: true });
+    }
+    if (options.checkSpace === true) {
+      // Refused: the data folder made above goes again if nothing was in it, and in a destination
+      // its parent too (`DIR/.weightcast`, as removeEmptyDataDirs does).
+      await checkSpace(map, options).catch(async (error: unknown) => {
+        await rmdir(options.dataDir).catch(() => undefined);
+        if (options.finalDir !== undefined) await rmdir(dirname(options.dataDir)).catch(() => undefined);
+        throw error;
+      });
     }
     const rehash = previous.boot !== undefined && previous.boot !== boot;
     const records = previous.model === model ? await readJournal(journalPath) : [];
@@ -640,6 +656,32 @@ export class PieceStore {
 
 /** The store's state (model digest and boot id) in its state directory. */
 const STATE_FILE_DEFAULT = 'store.json';
+
+/**
+ * IO before any data file is made when the file system under `dataDir` lacks room for what the model
+ * still needs: each file's size in whole blocks, less the blocks it holds already (a partial file's
+ * pieces, or the file at its final name). Without it a pull or a join ran until the disk was full,
+ * an hour into a large model. A check made once: another writer may still fill the disk later, and a
+ * write's ENOSPC then stops the model as before (writeError).
+ */
+async function checkSpace(map: PieceMap, options: PieceStoreOptions): Promise<void> {
+  const finalDir = options.finalDir;
+  const files = await Promise.all(
+    map.manifest.files.map(async (file) => {
+      const there = await Promise.all([
+        allocatedBytes(join(options.dataDir, file.path)),
+        finalDir === undefined ? 0 : allocatedBytes(join(finalDir, file.path)),
+      ]);
+      return { bytes: file.size, replacedBytes: Math.min(file.size, Math.max(...there)) };
+    }),
+  );
+  checkFreeSpace({
+    dir: finalDir ?? options.dataDir,
+    files,
+    ...(await freeSpaceAt(options.dataDir)),
+    beyond: ' beyond the pieces already there',
+  });
+}
 
 /** Read-write, created when missing, never truncated on open. */
 const OPEN_READ_WRITE_CREATE = constants.O_RDWR | constants.O_CREAT;

@@ -16,6 +16,7 @@ import { WeightcastError, abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME } from './destination.js';
 import { moveToFinalName } from '../piece/final-file.js';
+import { allocatedBytes, checkFreeSpace, deviceOf, freeSpaceAt } from '../util/free-space.js';
 
 /** How a file reached its destination. */
 export type PlaceMethod = 'reflink' | 'copy' | 'link';
@@ -42,6 +43,33 @@ export async function someFilesPresent(to: string, manifest: Manifest): Promise<
     ),
   );
   return found.includes(true);
+}
+
+/**
+ * IO when the file system of `to` lacks room for the files a copy of `manifest` out of `from` would
+ * write there (less the blocks of files already standing in `to`): a pull through an agent that
+ * cannot write into its destination asks this as soon as the agent has joined, not once the agent
+ * holds the whole model. Unchecked when both are on one file system: a reflink or a hard link there
+ * takes no room (where the file system can do neither, a copy that fills it ends in ENOSPC, as
+ * before).
+ */
+export async function checkPlaceSpace(
+  from: string | undefined,
+  to: string,
+  manifest: Manifest,
+): Promise<void> {
+  const [fromDevice, toDevice] = await Promise.all([
+    from === undefined ? undefined : deviceOf(from).catch(() => undefined),
+    deviceOf(to),
+  ]);
+  if (fromDevice !== undefined && fromDevice === toDevice) return;
+  const files = await Promise.all(
+    manifest.files.map(async (file) => ({
+      bytes: file.size,
+      replacedBytes: Math.min(file.size, await allocatedBytes(join(to, file.path))),
+    })),
+  );
+  checkFreeSpace({ dir: to, files, ...(await freeSpaceAt(to)), beyond: ' beyond the files already there' });
 }
 
 /**

@@ -207,6 +207,7 @@ async function preparePull(
     replaceMismatchedFinals: true,
     onFileFinished,
     directIo: options.directIo !== false && enableDirectIo(partialDir),
+    checkSpace: true,
   });
   return { dest, stateDir, partialDir, trust, manifest, map, store, fileReports };
 }

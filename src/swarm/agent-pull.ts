@@ -204,6 +204,8 @@ async function pullThroughAgent(
     return error instanceof Error ? error : new Error(String(error));
   };
   let joined: ModelStatus;
+  /** Whether the agent took the destination as the model's home (else files come out of its cache). */
+  let intoDestination = true;
   try {
     joined = await whileAgentStarts(
       () => join(true),
@@ -222,6 +224,7 @@ async function pullThroughAgent(
     if (!isWeightcastError(error) || (error.code !== 'IO' && error.code !== 'FORBIDDEN'))
       throw agentGone(error, 'did not answer');
     options.onDestinationRefused?.(error.message);
+    intoDestination = false;
     joined = await join(false).catch((failure: unknown) =>
       Promise.reject(agentGone(failure, 'did not answer')),
     );
@@ -229,6 +232,22 @@ async function pullThroughAgent(
   // The agent's digest is the model's name (it differs from the file's hash only for a manifest
   // file that is not canonical).
   const hex = joined.model;
+  // Files that will come out of the agent's cache (or another place it holds the model) need room
+  // in the destination: a destination without it is refused now, not once the agent holds the
+  // model (the agent goes on fetching it). Files the agent writes there, its own store checks.
+  if (!intoDestination || (joined.filesDir !== undefined && resolve(joined.filesDir) !== to)) {
+    const { checkPlaceSpace } = await import('../pull/place.js');
+    await checkPlaceSpace(joined.filesDir, to, await manifest()).catch((error: unknown) => {
+      throw isWeightcastError(error, 'IO')
+        ? new WeightcastError(
+            'IO',
+            `${error.message} (the agent at ${base} ${joined.complete ? 'holds the model' : 'goes on fetching the model into its cache'})`,
+            error.details,
+            { cause: error },
+          )
+        : error;
+    });
+  }
   // Each status request waits at the agent until the model is complete, or for one progress period.
   let status = joined;
   for (;;) {

@@ -99,7 +99,7 @@ async function swarmPullLocked(
     const joined = await agent.join({
       source,
       manifest: options.manifest,
-      store: { dataDir: join(stateDir, 'partial'), stateDir, finalDir: dest },
+      store: { dataDir: join(stateDir, 'partial'), stateDir, finalDir: dest, checkSpace: true },
       ...(options.token === undefined ? {} : { token: options.token }),
     });
     const hex = joined.model;

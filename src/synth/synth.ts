@@ -8,8 +8,8 @@
  * chunks plus the value pools, whatever the model size. The small JSON files follow the shards.
  */
 
-import { mkdir, rm, stat, statfs, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { WeightcastError, abortError, assert, isWeightcastError, throwIfAborted } from '../errors.js';
 import {
   SafetensorsFileWriter,
@@ -19,7 +19,7 @@ import {
 import { refuseStaleModelFiles } from '../format/model-directory-file.js';
 import type { ModelDims, SynthArch, SynthDtype, SynthTensor } from './architectures.js';
 import { planSynth, type SynthOptions } from './plan.js';
-import { checkFreeSpace, type PlannedFile } from './space.js';
+import { checkFreeSpace, freeSpaceAt, type PlannedFile } from '../util/free-space.js';
 import { ValueGenerator } from './values.js';
 
 /** Large enough for sequential disk throughput, small enough to keep memory flat. */
@@ -130,12 +130,11 @@ async function checkDestination(
     const replacedBytes = names.has(file.name) ? await sizeOf(join(dir, file.name)) : 0;
     files.push({ bytes: file.bytes, replacedBytes });
   }
-  const fileSystem = await statfs(await nearestExisting(dir));
   checkFreeSpace({
     dir,
     files,
-    blockBytes: fileSystem.bsize,
-    freeBytes: fileSystem.bavail * fileSystem.bsize,
+    ...(await freeSpaceAt(dir)),
+    beyond: ' more than the files it replaces',
   });
 }
 
@@ -143,17 +142,6 @@ async function checkDestination(
 async function sizeOf(path: string): Promise<number> {
   const found = await stat(path).catch(() => undefined);
   return found?.isFile() === true ? found.size : 0;
-}
-
-/** The directory itself, or the closest ancestor that exists: where its files will land. */
-async function nearestExisting(dir: string): Promise<string> {
-  let path = dir;
-  for (;;) {
-    const found = await stat(path).catch((error: NodeJS.ErrnoException) => error);
-    if (!(found instanceof Error)) return path;
-    if (found.code !== 'ENOENT' || dirname(path) === path) throw found;
-    path = dirname(path);
-  }
 }
 
 class ProgressCounter {

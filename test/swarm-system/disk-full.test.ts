@@ -1,13 +1,14 @@
 /**
- * A disk that cannot take a model's pieces stops that model (or a pull from the origin) with a
- * typed error, reported to the user, instead of fetching the same pieces again and again. The disk
- * is a small tmpfs mounted for the test (root only; skipped with a message otherwise), so the write
- * fails with a real ENOSPC.
+ * A disk without room for a model: a destination or cache too small for it is refused before a
+ * byte is written (IO, naming both sizes), and a disk that fills up while the model arrives (another
+ * writer took the room) stops that model (or a pull from the origin) with a typed error, reported to
+ * the user, instead of fetching the same pieces again and again. The disks are small tmpfs mounts
+ * made for the test (root only; skipped with a message otherwise), so writes fail with a real ENOSPC.
  */
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -24,12 +25,19 @@ const isRoot = process.getuid?.() === 0;
 const skip = isRoot ? false : 'needs root to mount a small tmpfs (a real full disk)';
 if (!isRoot) console.log(`# disk-full tests skipped: ${skip}`);
 
+/** The up-front refusal's words. */
+const NO_ROOM =
+  /IO: not enough free space for the model in .*: it needs [\d.]+ [KM]iB, the file system has [\d.]+ KiB free; nothing was written/;
+
 let work: { path: string; cleanup: () => Promise<void> };
 let small: string;
-let mounted = false;
+let roomy: string;
+const mounts: string[] = [];
 let manifest: Manifest;
 let manifestPath: string;
 let origin: FileServer;
+/** The same model sent at 256 KiB/s: a pull takes seconds, time for the disk to fill under it. */
+let slowOrigin: FileServer;
 let scheduler: SchedulerServer;
 
 before(async () => {
@@ -38,39 +46,153 @@ before(async () => {
   const { modelDir } = fixture;
   ({ manifest, manifestPath } = fixture);
   origin = await startFileServer({ root: modelDir });
+  slowOrigin = await startFileServer({ root: modelDir, rateBytesPerSecond: 256 * 1024 });
   scheduler = await startScheduler();
   if (isRoot) {
+    // A quarter of the model fits.
     small = join(work.path, 'small');
-    await mkdir(small);
-    // A quarter of the model fits; the rest of the writes fail with ENOSPC.
-    await run('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', small]);
-    mounted = true;
+    // The model fits, until something else fills the disk.
+    roomy = join(work.path, 'roomy');
+    for (const [dir, size] of [
+      [small, '256k'],
+      [roomy, '4m'],
+    ] as const) {
+      await mkdir(dir);
+      await run('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir]);
+      mounts.push(dir);
+    }
   }
 });
 
 after(async () => {
   await origin.close();
+  await slowOrigin.close();
   await scheduler.close();
-  if (mounted) await run('umount', [small]);
+  for (const dir of mounts) await run('umount', [dir]);
   await work.cleanup();
 });
 
-describe('a full disk under a pull from the origin', { skip, timeout: 60_000 }, () => {
-  it('fails with IO (ENOSPC), exit 1, after a bounded number of requests, no file half there', async () => {
+/**
+ * Once `server` has sent `bytes`, takes every free byte of the file system under `dir` with a file
+ * of its own (as another writer on the host would), so the writes still to come fail with ENOSPC.
+ */
+async function fillOnceSent(server: FileServer, bytes: number, dir: string): Promise<void> {
+  for (let i = 0; i < 2000 && server.stats.bytesSent < bytes; i++)
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  assert.ok(server.stats.bytesSent >= bytes, 'the transfer began');
+  const filler = await open(join(dir, 'filler'), 'w');
+  try {
+    const block = Buffer.alloc(64 * 1024, 1);
+    for (let i = 0; i < 1000; i++) {
+      const written = await filler.write(block).catch((error: NodeJS.ErrnoException) => error);
+      if (written instanceof Error) {
+        assert.equal(written.code, 'ENOSPC');
+        return;
+      }
+    }
+    assert.fail('the disk never filled');
+  } finally {
+    await filler.close();
+  }
+}
+
+function pieceCount(): number {
+  return manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+}
+
+/** Runs the CLI, expecting it to fail; returns its exit code and stderr. */
+async function failingCli(
+  args: string[],
+  env?: NodeJS.ProcessEnv,
+): Promise<{ code?: number; stderr?: string }> {
+  return run(process.execPath, [CLI, ...args], {
+    timeout: 30_000,
+    ...(env === undefined ? {} : { env }),
+  }).then(
+    () => assert.fail('the command should fail'),
+    (error: { code?: number; stderr?: string }) => error,
+  );
+}
+
+describe('a destination too small for the model', { skip, timeout: 60_000 }, () => {
+  it('refuses a pull from the origin before fetching a piece, naming both sizes; leaves nothing', async () => {
     const dest = join(small, 'plain');
-    const requestsBefore = origin.stats.requests;
-    const failed = await run(
-      process.execPath,
-      [CLI, 'pull', origin.url, '--to', dest, '--manifest', manifestPath, '--no-agent'],
-      { timeout: 30_000 },
-    ).then(
-      () => assert.fail('the pull should fail'),
-      (error: { code?: number; stderr?: string }) => error,
+    const sentBefore = origin.stats.bytesSent;
+    const failed = await failingCli([
+      'pull',
+      origin.url,
+      '--to',
+      dest,
+      '--manifest',
+      manifestPath,
+      '--no-agent',
+    ]);
+    assert.equal(failed.code, 1, failed.stderr);
+    assert.match(failed.stderr ?? '', NO_ROOM);
+    assert.equal(origin.stats.bytesSent, sentBefore, 'no byte of the model was sent');
+    assert.deepEqual(await readdir(small), [], 'no folder left behind');
+  });
+
+  it('refuses pull --scheduler the same way', async () => {
+    await assert.rejects(
+      swarmPull(origin.url, join(small, 'in-process'), {
+        manifest,
+        schedulerUrl: scheduler.url,
+        signal: AbortSignal.timeout(30_000),
+      }),
+      (error: unknown) => {
+        assert.equal((error as { code?: string }).code, 'IO');
+        assert.match(`IO: ${(error as Error).message}`, NO_ROOM);
+        return true;
+      },
     );
+  });
+
+  it('through an agent: refused as soon as the agent joins, and the agent goes on filling its cache', async () => {
+    const agent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(work.path, 'cache-refused'),
+      destinationRoots: [work.path],
+    });
+    try {
+      const failed = await failingCli(
+        ['pull', origin.url, '--to', join(small, 'through-agent'), '--manifest', manifestPath],
+        {
+          ...process.env,
+          WEIGHTCAST_AGENT: agent.url,
+        },
+      );
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr ?? '', NO_ROOM);
+      assert.match(failed.stderr ?? '', /goes on fetching the model into its cache/);
+      const hex = manifestDigest(manifest).slice('sha256:'.length);
+      await agent.whenComplete(hex);
+      assert.equal(agent.status(hex).failed, undefined);
+    } finally {
+      await agent.close();
+    }
+  });
+});
+
+describe('a disk that fills under a pull from the origin', { skip, timeout: 60_000 }, () => {
+  it('fails with IO (ENOSPC), exit 1, after a bounded number of requests, no file half there', async () => {
+    const dest = join(roomy, 'plain');
+    const requestsBefore = slowOrigin.stats.requests;
+    const pulling = failingCli([
+      'pull',
+      slowOrigin.url,
+      '--to',
+      dest,
+      '--manifest',
+      manifestPath,
+      '--no-agent',
+    ]);
+    await fillOnceSent(slowOrigin, slowOrigin.stats.bytesSent + 128 * 1024, roomy);
+    const failed = await pulling;
     assert.equal(failed.code, 1, failed.stderr);
     assert.match(failed.stderr ?? '', /IO: .*(ENOSPC|no space)/i);
-    const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
-    const requests = origin.stats.requests - requestsBefore;
+    const pieces = pieceCount();
+    const requests = slowOrigin.stats.requests - requestsBefore;
     assert.ok(requests <= 2 * pieces, `${requests} origin requests for ${pieces} pieces`);
     // A file under its final name is the whole file: the ones that fit, if any, and no other.
     for (const file of manifest.files) {
@@ -80,13 +202,15 @@ describe('a full disk under a pull from the origin', { skip, timeout: 60_000 }, 
     }
     // The partial files stay for a resume; the next tests need the room.
     await rm(dest, { recursive: true, force: true });
+    await rm(join(roomy, 'filler'));
   });
 });
 
-describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
+describe('a disk that fills on the swarm path', { skip, timeout: 60_000 }, () => {
   it('fails pull --scheduler with IO (ENOSPC) after a bounded number of tries', async () => {
-    await assert.rejects(
-      swarmPull(origin.url, join(small, 'in-process'), {
+    const dest = join(roomy, 'in-process');
+    const pulling = assert.rejects(
+      swarmPull(slowOrigin.url, dest, {
         manifest,
         schedulerUrl: scheduler.url,
         signal: AbortSignal.timeout(30_000),
@@ -97,6 +221,10 @@ describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
         return true;
       },
     );
+    await fillOnceSent(slowOrigin, slowOrigin.stats.bytesSent + 128 * 1024, roomy);
+    await pulling;
+    await rm(dest, { recursive: true, force: true });
+    await rm(join(roomy, 'filler'));
   });
 
   it('stops the model in the agent, tells the pull, and joins afresh when asked again', async () => {
@@ -106,19 +234,14 @@ describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
       destinationRoots: [work.path],
     });
     try {
-      const dest = join(small, 'through-agent');
-      const requestsBefore = origin.stats.requests;
-      const failed = await run(
-        process.execPath,
-        [CLI, 'pull', origin.url, '--to', dest, '--manifest', manifestPath],
-        {
-          env: { ...process.env, WEIGHTCAST_AGENT: agent.url },
-          timeout: 30_000,
-        },
-      ).then(
-        () => assert.fail('the pull should fail'),
-        (error: { code?: number; stderr?: string }) => error,
-      );
+      const dest = join(roomy, 'through-agent');
+      const requestsBefore = slowOrigin.stats.requests;
+      const pulling = failingCli(['pull', slowOrigin.url, '--to', dest, '--manifest', manifestPath], {
+        ...process.env,
+        WEIGHTCAST_AGENT: agent.url,
+      });
+      await fillOnceSent(slowOrigin, slowOrigin.stats.bytesSent + 128 * 1024, roomy);
+      const failed = await pulling;
       assert.equal(failed.code, 1, failed.stderr);
       assert.match(failed.stderr ?? '', /IO: .*(ENOSPC|no space)/i);
       const hex = manifestDigest(manifest).slice('sha256:'.length);
@@ -126,12 +249,16 @@ describe('a full disk on the swarm path', { skip, timeout: 60_000 }, () => {
       assert.equal(status.failed?.code, 'IO');
       // One failed write stops the model: no storm of requests for pieces that cannot be kept
       // (before, the agent fetched the same pieces again and again, thousands of requests).
-      const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
-      const requests = origin.stats.requests - requestsBefore;
+      const pieces = pieceCount();
+      const requests = slowOrigin.stats.requests - requestsBefore;
       assert.ok(requests <= 2 * pieces, `${requests} origin requests for ${pieces} pieces`);
-      // Asked again, the agent tries again (the disk may have room by now; here it still has none).
-      await agent.join({ source: origin.url, manifest, to: dest });
-      await assert.rejects(agent.whenComplete(hex), { code: 'IO' });
+      // Asked again, the agent tries again (the disk may have room by now; here it still has none,
+      // which its store now sees before it writes).
+      await assert.rejects(agent.join({ source: slowOrigin.url, manifest, to: dest }), (error: unknown) => {
+        assert.equal((error as { code?: string }).code, 'IO');
+        assert.match((error as Error).message, /not enough free space/);
+        return true;
+      });
     } finally {
       await agent.close();
     }

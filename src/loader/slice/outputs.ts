@@ -48,7 +48,12 @@ export interface OutputInput {
 }
 
 export async function createSliceOutput(input: OutputInput): Promise<SliceOutput> {
-  if (input.format === 'sharded-state') return new ShardedStateOutput(input);
+  if (input.format === 'sharded-state') {
+    const output = new ShardedStateOutput(input);
+    // The parts hold the rank's tensors (and their small headers) beside the copied files.
+    await output.files.checkSpace(input.rank.tensors.reduce((sum, tensor) => sum + tensor.bytes, 0));
+    return output;
+  }
   return RankFilesOutput.create(input);
 }
 
@@ -75,12 +80,18 @@ class RankFilesOutput implements SliceOutput {
     for (const file of input.copied) output.files.declare(file.path, file.size);
     const weightMap: Record<string, string> = {};
     let totalSize = 0;
-    for (const [file, tensors] of [...byFile].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
-      const layout = planSafetensorsLayout(
-        tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.sliceShape })),
-        { format: 'pt' },
-      );
-      output.files.declare(file, layout.fileSize);
+    const layouts = [...byFile]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([file, tensors]) => {
+        const layout = planSafetensorsLayout(
+          tensors.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.sliceShape })),
+          { format: 'pt' },
+        );
+        output.files.declare(file, layout.fileSize);
+        return { file, layout };
+      });
+    await output.files.checkSpace();
+    for (const { file, layout } of layouts) {
       await output.files.write(file, 0, layout.header);
       for (const planned of layout.tensors) {
         output.positions.set(planned.name, { file, position: layout.dataStart + planned.begin });
@@ -132,7 +143,7 @@ class RankFilesOutput implements SliceOutput {
 /** `sharded-state`: parts as tensors arrive; copied files beside them. */
 class ShardedStateOutput implements SliceOutput {
   private readonly writer: ShardedStateWriter;
-  private readonly files: OutputFiles;
+  readonly files: OutputFiles;
 
   constructor(private readonly input: OutputInput) {
     this.writer = new ShardedStateWriter(input.dir, input.rank.rank, {

@@ -17,9 +17,16 @@ export class HfOutput {
   private readonly files: OutputFiles;
   private readonly writes = new WritePipeline();
 
-  constructor(dir: string, model: ModelSource) {
+  private constructor(dir: string, model: ModelSource) {
     this.files = new OutputFiles(dir);
     for (const file of model.files) this.files.declare(file.path, file.size);
+  }
+
+  /** The output, once the file system under `dir` was found to have room for the whole model. */
+  static async create(dir: string, model: ModelSource): Promise<HfOutput> {
+    const output = new HfOutput(dir, model);
+    await output.files.checkSpace();
+    return output;
   }
 
   /** Starts writing a delivered request (or part of one) at its offset; `finish` waits for it. */

@@ -117,7 +117,9 @@ async function streamInto(
     ...(options.signal === undefined ? {} : { signal: options.signal }),
   });
   const output =
-    options.format === 'hf' ? new HfOutput(options.to, model) : await ShmOutput.create(options.to, model);
+    options.format === 'hf'
+      ? await HfOutput.create(options.to, model)
+      : await ShmOutput.create(options.to, model);
   const bytesTotal = stream.plan.bytesRequested;
   let tensors = 0;
   let tensorBytes = 0;

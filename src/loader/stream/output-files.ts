@@ -11,6 +11,7 @@ import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { WeightcastError, assert } from '../../errors.js';
 import { assertSafeRelativePath } from '../../util/safe-path.js';
+import { allocatedBytes, checkFreeSpace, freeSpaceAt } from '../../util/free-space.js';
 
 export const PARTIAL_SUFFIX = '.weightcast-partial';
 
@@ -52,6 +53,27 @@ export class OutputFiles {
     }
     file.written += bytes.length;
     if (file.written === file.size && this.options.renameOnFinish !== true) await this.complete(file);
+  }
+
+  /**
+   * IO before a byte is written when the file system under `dir` lacks room for every file declared
+   * so far plus `moreBytes` (what the caller writes beside them): each is written in full beside
+   * any file of its name (renamed over it when complete), less the blocks of an earlier run's
+   * partial it truncates.
+   */
+  async checkSpace(moreBytes = 0): Promise<void> {
+    const files = await Promise.all(
+      [...this.files.values()].map(async (file) => ({
+        bytes: file.size,
+        replacedBytes: Math.min(file.size, await allocatedBytes(this.partialPath(file))),
+      })),
+    );
+    checkFreeSpace({
+      dir: this.dir,
+      files: [...files, { bytes: moreBytes, replacedBytes: 0 }],
+      ...(await freeSpaceAt(this.dir)),
+      beyond: " beyond an earlier run's partial files",
+    });
   }
 
   /** Every declared file must be complete. */

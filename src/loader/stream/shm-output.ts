@@ -48,8 +48,10 @@ export class ShmOutput {
       const begins = new Map(layout.tensors.map((t) => [t.name, layout.dataStart + t.begin]));
       output.layouts.set(file.path, { layout, begins });
       output.files.declare(file.path, layout.fileSize);
-      await output.files.write(file.path, 0, layout.header);
     }
+    // Shared memory is RAM: a model larger than it is refused before it takes any.
+    await output.files.checkSpace();
+    for (const [path, { layout }] of output.layouts) await output.files.write(path, 0, layout.header);
     return output;
   }
 

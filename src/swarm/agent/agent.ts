@@ -464,12 +464,13 @@ export class Agent {
     const storeOptions =
       options.store ??
       (to === undefined
-        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir, directIo }
+        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir, directIo, checkSpace: true }
         : {
             dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
             stateDir: modelDir,
             finalDir: to,
             directIo,
+            checkSpace: true,
           });
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.

@@ -195,7 +195,7 @@ test('hf and shm outputs written in parts with writes in flight match whole-tens
       const source = await openModelSource(model.dir, { manifest: model.manifest });
       try {
         const hfTo = join(out.path, 'hf');
-        const hf = new HfOutput(hfTo, source);
+        const hf = await HfOutput.create(hfTo, source);
         const hfStream = openLoadStream(source, HF_REQUESTS, { memoryBytes: 512 * KiB, partBytes: 16 * KiB });
         for await (const delivered of hfStream) await hf.write(delivered);
         await hf.finish();

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isWeightcastError } from '../../src/errors.js';
-import { checkFreeSpace, spaceNeeded } from '../../src/synth/space.js';
+import { checkFreeSpace, spaceNeeded } from '../../src/util/free-space.js';
 
 const BLOCK = 4096;
 
@@ -43,7 +43,14 @@ test('a model larger than the free space is refused with IO naming both sizes', 
   );
   const replacing = [{ bytes: 3 * 1024 * 1024, replacedBytes: 1024 * 1024 }];
   assert.throws(
-    () => checkFreeSpace({ dir: 'out', files: replacing, blockBytes: BLOCK, freeBytes: 1024 * 1024 }),
+    () =>
+      checkFreeSpace({
+        dir: 'out',
+        files: replacing,
+        blockBytes: BLOCK,
+        freeBytes: 1024 * 1024,
+        beyond: ' more than the files it replaces',
+      }),
     /it needs 2\.00 MiB more than the files it replaces/,
   );
 });
