@@ -72,11 +72,10 @@ class RankFilesOutput implements SliceOutput {
     const byFile = new Map<string, RankTensor[]>();
     for (const tensor of input.rank.tensors)
       byFile.set(tensor.file, [...(byFile.get(tensor.file) ?? []), tensor]);
-    if (input.format === 'hf') {
-      const written = [...byFile.keys(), RANK_DESCRIPTION_FILE, ...input.copied.map((file) => file.path)];
-      if (input.sourceHasIndex) written.push(INDEX_FILE_NAME);
-      await refuseStaleModelFiles(input.dir, written);
-    }
+    // hf and shm alike: another model's shards must not stay beside the rank's files.
+    const written = [...byFile.keys(), RANK_DESCRIPTION_FILE, ...input.copied.map((file) => file.path)];
+    if (input.sourceHasIndex) written.push(INDEX_FILE_NAME);
+    await refuseStaleModelFiles(input.dir, written);
     for (const file of input.copied) output.files.declare(file.path, file.size);
     const weightMap: Record<string, string> = {};
     let totalSize = 0;

@@ -85,12 +85,12 @@ export async function loadModel(
     ...(options.signal === undefined ? {} : { signal: options.signal }),
   });
   try {
-    if (options.format === 'hf') {
-      await refuseStaleModelFiles(
-        options.to,
-        model.files.map((file) => file.path),
-      );
-    }
+    // Both formats write the source's file names: another model's shards left beside them would
+    // be read with them (a reader that globs *.safetensors, in shared memory as on disk).
+    await refuseStaleModelFiles(
+      options.to,
+      model.files.map((file) => file.path),
+    );
     options.onEvent?.({
       type: 'opened',
       verified: model.verified,

@@ -41,42 +41,53 @@ test('hf output is byte-identical to the source, with and without a manifest', a
   }
 });
 
-test("hf output into a directory holding another model's shards exits 2 and writes nothing; a reload replaces", async () => {
-  const model = await tinyModel('hf-stale');
-  const out = await tempDir('loader-hf-stale');
-  try {
-    // An older model of two shards, where the new one has three of other names.
-    const to = join(out.path, 'model');
-    await synthesizeModel({ dir: to, arch: 'llama', shards: 2, seed: 1, hidden: 64, layers: 2, vocab: 320 });
-    const before = (await readdir(to)).sort();
-    const io = memoryIo();
-    const code = await loadCommand(model.dir, { ...flags, format: 'hf', to, json: true }, io);
-    assert.equal(code, 2, io.err.join(''));
-    const error = (JSON.parse(io.out.at(-1) ?? '{}') as { error: { code: string; message: string } }).error;
-    assert.equal(error.code, 'USAGE');
-    assert.match(
-      error.message,
-      /already holds model files the new model would not replace \(model-00001-of-00002\.safetensors, model-00002-of-00002\.safetensors\)/,
-    );
-    assert.deepEqual((await readdir(to)).sort(), before, 'nothing written, nothing removed');
-    // Into its own earlier copy: every file is replaced under its name.
-    const copy = join(out.path, 'copy');
-    for (let run = 0; run < 2; run++) {
-      const again = memoryIo();
-      assert.equal(
-        await loadCommand(model.dir, { ...flags, format: 'hf', to: copy }, again),
-        0,
-        again.err.join(''),
+for (const format of ['hf', 'shm'] as const) {
+  test(`${format} output into a directory holding another model's shards exits 2 and writes nothing; a reload replaces`, async () => {
+    const model = await tinyModel(`${format}-stale`);
+    const out = await tempDir(`loader-${format}-stale`);
+    try {
+      // An older model of two shards, where the new one has three of other names.
+      const to = join(out.path, 'model');
+      await synthesizeModel({
+        dir: to,
+        arch: 'llama',
+        shards: 2,
+        seed: 1,
+        hidden: 64,
+        layers: 2,
+        vocab: 320,
+      });
+      const before = (await readdir(to)).sort();
+      const io = memoryIo();
+      const code = await loadCommand(model.dir, { ...flags, format, to, json: true }, io);
+      assert.equal(code, 2, io.err.join(''));
+      const error = (JSON.parse(io.out.at(-1) ?? '{}') as { error: { code: string; message: string } }).error;
+      assert.equal(error.code, 'USAGE');
+      assert.match(
+        error.message,
+        /already holds model files the new model would not replace \(model-00001-of-00002\.safetensors, model-00002-of-00002\.safetensors\)/,
       );
+      assert.deepEqual((await readdir(to)).sort(), before, 'nothing written, nothing removed');
+      // Into its own earlier copy: every file is replaced under its name.
+      const copy = join(out.path, 'copy');
+      for (let run = 0; run < 2; run++) {
+        const again = memoryIo();
+        assert.equal(
+          await loadCommand(model.dir, { ...flags, format, to: copy }, again),
+          0,
+          again.err.join(''),
+        );
+      }
+      const names = (await readdir(model.dir)).sort();
+      assert.deepEqual((await readdir(copy)).sort(), names);
+      // shm lays the safetensors files out afresh (aligned tensors); hf is byte for byte.
+      if (format === 'hf') assert.ok(await sameFiles(model.dir, copy, names));
+    } finally {
+      await out.cleanup();
+      await model.cleanup();
     }
-    const names = (await readdir(model.dir)).sort();
-    assert.deepEqual((await readdir(copy)).sort(), names);
-    assert.ok(await sameFiles(model.dir, copy, names));
-  } finally {
-    await out.cleanup();
-    await model.cleanup();
-  }
-});
+  });
+}
 
 test('shm output is safetensors that the format reader accepts, holding the same tensors', async () => {
   const model = await tinyModel('shm');
