@@ -200,12 +200,12 @@ export class FallbackSim {
     const peers: FallbackPeer<number>[] = [];
     for (let peer = 0; peer < this.options.hosts; peer++) {
       if (peer === host || this.dead.has(peer)) continue;
-      if (this.forgotten[host]?.has(peer) === true) {
-        peers.push({ peer, pieces: undefined });
-        continue;
-      }
       const arrived = this.arrivedAt[peer] as Float64Array;
-      peers.push({ peer, pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt } });
+      peers.push({
+        peer,
+        pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt },
+        ...(this.forgotten[host]?.has(peer) === true ? { busy: true } : {}),
+      });
     }
     this.peerViews[host] = peers;
     return peers;

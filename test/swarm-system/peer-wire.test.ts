@@ -22,6 +22,13 @@ import {
   type PieceRequest,
 } from '../../src/swarm/wire/peer-frames.js';
 import { Throttle } from '../../src/util/throttle.js';
+import { join } from 'node:path';
+import { merkleRoot } from '../../src/manifest/merkle.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { PieceStore } from '../../src/piece/store.js';
+import { pieceDigest } from '../../src/piece/verify.js';
+import { PieceFetcher } from '../../src/swarm/agent/piece-fetcher.js';
+import { tempDir } from '../helpers/fixtures.js';
 import { ASSIGNMENT_BYTES_MAX } from '../../src/swarm/wire/limits.js';
 
 const MODEL = 'cd'.repeat(32);
@@ -221,6 +228,46 @@ describe('peer wire over real sockets', () => {
       busy.wire.close();
       holey.wire.close();
       await Promise.all([busy.close(), holey.close()]);
+    }
+  });
+
+  it('tells the fallback a fetch the peer turned away as busy from other failures', async () => {
+    const busy = await wireAgent({ uploads: 0 });
+    const holey = await wireAgent({ held: (piece) => piece !== 2 });
+    const work = await tempDir('peer-wire-busy');
+    const pieces = Array.from({ length: PIECES }, (_, piece) => pieceDigest(pieceBytes(piece)));
+    const map = new PieceMap({
+      pieceSize: PIECE,
+      files: [{ path: 'model.safetensors', size: DATA.length, merkleRoot: merkleRoot(pieces), pieces }],
+    });
+    const store = await PieceStore.open(map, { dataDir: join(work.path, 'data'), stateDir: work.path });
+    const origin = new LocalOrigin(work.path);
+    const fetcher = new PieceFetcher({
+      model: MODEL,
+      map,
+      store,
+      origin,
+      downloadThrottle: new Throttle(undefined),
+      peerIdleTimeoutMs: 5000,
+      peerWire: true,
+      onStoreFailure: (error) => assert.fail(error),
+    });
+    const signal = AbortSignal.timeout(10_000);
+    try {
+      const turnedAway = await fetcher.fetch(fetcher.newFetch(0, new AbortController()), busy.url, signal);
+      assert.deepEqual(turnedAway, { outcome: 'failed', busy: true });
+      const notHeld = await fetcher.fetch(fetcher.newFetch(2, new AbortController()), holey.url, signal);
+      assert.deepEqual(notHeld, { outcome: 'failed' });
+      const fetched = await fetcher.fetch(fetcher.newFetch(1, new AbortController()), holey.url, signal);
+      assert.equal(fetched.outcome, 'verified');
+      assert.equal(store.has(1), true);
+    } finally {
+      await fetcher.close();
+      await Promise.allSettled([store.close(), origin.close()]);
+      busy.wire.close();
+      holey.wire.close();
+      await Promise.all([busy.close(), holey.close()]);
+      await work.cleanup();
     }
   });
 

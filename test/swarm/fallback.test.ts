@@ -124,6 +124,43 @@ test('fallback: nothing at the limits or with everything held; a peer that did n
   assert.deepEqual(picks, []);
 });
 
+test('fallback: a busy peer is no source, but what it holds is not read from the origin meanwhile', () => {
+  const stripe = { index: 1, count: 4 };
+  const all = { has: () => true };
+  // Idle, its stripe held: without the busy peer it would read another stripe's piece from the origin.
+  const idle = view({ stripe, holds: (piece) => piece % 4 === 1 });
+  assert.equal(pickFallbackFetches(idle, limits, new Random(SEED)).length, 1);
+  assert.deepEqual(
+    pickFallbackFetches(
+      { ...idle, peers: [{ peer: 'busy', pieces: all, busy: true }] },
+      limits,
+      new Random(SEED),
+    ),
+    [],
+    'it waits for the busy peer instead',
+  );
+  // Its own stripe too: a piece the busy peer holds waits for it; the others come from the origin.
+  const heldByBusy = { has: (piece: number) => piece === 5 };
+  const own = pickFallbackFetches(
+    view({ stripe, peers: [{ peer: 'busy', pieces: heldByBusy, busy: true }] }),
+    limits,
+    new Random(SEED),
+  );
+  assert.ok(own.length > 0);
+  for (const pick of own) {
+    assert.equal(pick.source.kind, 'origin');
+    assert.notEqual(pick.piece, 5);
+  }
+  // The same peer, no longer busy (its map read again), is a source.
+  const again = pickFallbackFetches(
+    view({ stripe, running: 1, holds: (piece) => piece % 4 === 1, peers: [{ peer: 'back', pieces: all }] }),
+    limits,
+    new Random(SEED),
+  );
+  assert.ok(again.length > 0);
+  for (const pick of again) assert.deepEqual(pick.source, { kind: 'peer', peer: 'back' });
+});
+
 test(`fallback: the same seed picks the same fetches (seed ${SEED})`, () => {
   const shape = (): FallbackView<string> =>
     view({

@@ -44,7 +44,11 @@ export interface FallbackFetcherOptions {
 }
 
 export class FallbackFetcher {
-  private readonly peerHave = new Map<string, { at: number; pieces: Set<number> | undefined }>();
+  /** Each known peer's last have-map; `busy` once it turned a fetch away since (fallback.ts). */
+  private readonly peerHave = new Map<
+    string,
+    { at: number; pieces: Set<number> | undefined; busy?: boolean }
+  >();
   private readonly fetching = new Set<number>();
   private running = 0;
   private originReads = 0;
@@ -92,10 +96,10 @@ export class FallbackFetcher {
     const { store, map, signal } = this.options;
     if (signal.aborted || !this.options.active()) return;
     const known = this.options.knownPeers();
-    const peers: FallbackPeer<string>[] = known.map((peer) => ({
-      peer,
-      pieces: this.peerHave.get(peer)?.pieces,
-    }));
+    const peers: FallbackPeer<string>[] = known.map((peer) => {
+      const have = this.peerHave.get(peer);
+      return { peer, pieces: have?.pieces, ...(have?.busy === true ? { busy: true } : {}) };
+    });
     const everyone = [...new Set([...known, this.options.selfUrl])].sort();
     const picks = pickFallbackFetches(
       {
@@ -124,8 +128,13 @@ export class FallbackFetcher {
       .fetch(fetcher.newFetch(piece, new AbortController()), source, signal)
       .then((result) => {
         if (result.outcome === 'verified') fetcher.stats.fallbackPieces++;
-        // A peer that failed (busy, gone, lying) is asked for its map again before it is used again.
-        if (result.outcome !== 'verified' && source !== 'origin') this.peerHave.delete(source);
+        // A peer that failed (gone, lying) is asked for its map again before it is used again; one
+        // that was busy too, but meanwhile what it holds is still its (no origin read for it).
+        if (result.outcome !== 'verified' && source !== 'origin') {
+          const have = this.peerHave.get(source);
+          if (result.busy === true && have !== undefined) have.busy = true;
+          else this.peerHave.delete(source);
+        }
       })
       .finally(() => {
         this.fetching.delete(piece);

@@ -101,6 +101,8 @@ export interface PieceFetcherOptions {
 export interface FetchResult {
   outcome: Report['outcome'];
   bytesPerSecond?: number;
+  /** A failed fetch the peer turned away because its upload slots were full (SWARM_BUSY). */
+  busy?: boolean;
 }
 
 /** Failed origin reads of one piece (each retried by the origin itself) after which the model stops. */
@@ -209,7 +211,9 @@ export class PieceFetcher {
         bytes: 0,
         ms: performance.now() - started,
       });
-      return { outcome: 'failed' };
+      return isWeightcastError(error, 'SWARM_BUSY')
+        ? { outcome: 'failed', busy: true }
+        : { outcome: 'failed' };
     }
     const seconds = Math.max(1e-6, (performance.now() - started) / 1000);
     const movingSeconds = Math.max(1e-6, (performance.now() - firstByteOf(fetch)) / 1000);
