@@ -7,11 +7,9 @@
  */
 
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { promisify } from 'node:util';
 import { isWeightcastError } from '../../src/errors.js';
 import { manifestDigest, writeManifest, type Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
@@ -19,10 +17,9 @@ import { startFileServer, type FileServer } from '../../src/origin/file-server.j
 import { checkPlaceSpace } from '../../src/pull/place.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { freeSpaceAt } from '../../src/util/free-space.js';
-import { CLI } from '../../scripts/cluster.js';
+import { failingCli } from '../helpers/cli.js';
 import { smallModelWithManifest, tempDir } from '../helpers/fixtures.js';
 
-const run = promisify(execFile);
 const PIECE = 64 * 1024 * 1024;
 
 let work: { path: string; cleanup: () => Promise<void> };
@@ -57,14 +54,7 @@ const NO_ROOM =
 test('a pull from the origin is refused before it fetches, naming both sizes, and leaves nothing', async () => {
   const dest = join(work.path, 'plain');
   const sentBefore = origin.stats.bytesSent;
-  const failed = await run(
-    process.execPath,
-    [CLI, 'pull', origin.url, '--to', dest, '--manifest', hugePath, '--no-agent'],
-    { timeout: 30_000 },
-  ).then(
-    () => assert.fail('the pull should fail'),
-    (error: { code?: number; stderr?: string }) => error,
-  );
+  const failed = await failingCli(['pull', origin.url, '--to', dest, '--manifest', hugePath, '--no-agent']);
   assert.equal(failed.code, 1, failed.stderr);
   assert.match(failed.stderr ?? '', new RegExp(`IO: ${NO_ROOM.source}`));
   assert.equal(origin.stats.bytesSent, sentBefore, 'no byte was fetched');

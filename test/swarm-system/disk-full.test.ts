@@ -17,7 +17,7 @@ import { startFileServer, type FileServer } from '../../src/origin/file-server.j
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
-import { CLI } from '../../scripts/cluster.js';
+import { failingCli } from '../helpers/cli.js';
 import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
@@ -98,20 +98,6 @@ async function fillOnceSent(server: FileServer, bytes: number, dir: string): Pro
 
 function pieceCount(): number {
   return manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
-}
-
-/** Runs the CLI, expecting it to fail; returns its exit code and stderr. */
-async function failingCli(
-  args: string[],
-  env?: NodeJS.ProcessEnv,
-): Promise<{ code?: number; stderr?: string }> {
-  return run(process.execPath, [CLI, ...args], {
-    timeout: 30_000,
-    ...(env === undefined ? {} : { env }),
-  }).then(
-    () => assert.fail('the command should fail'),
-    (error: { code?: number; stderr?: string }) => error,
-  );
 }
 
 describe('a destination too small for the model', { skip, timeout: 60_000 }, () => {

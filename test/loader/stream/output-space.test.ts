@@ -6,18 +6,15 @@
  */
 
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { mkdir, open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { promisify } from 'node:util';
 import { isWeightcastError } from '../../../src/errors.js';
 import { OutputFiles } from '../../../src/loader/stream/output-files.js';
 import { freeSpaceAt } from '../../../src/util/free-space.js';
-import { CLI } from '../../../scripts/cluster.js';
+import { failingCli } from '../../helpers/cli.js';
 import { tempDir } from '../../helpers/fixtures.js';
 
-const run = promisify(execFile);
 const NO_ROOM =
   /not enough free space for the model in .*: it needs [\d.]+ [GT]iB, the file system has [\d.]+ [GT]iB free; nothing was written/;
 
@@ -49,14 +46,7 @@ after(() => work.cleanup());
 for (const format of ['hf', 'shm']) {
   test(`load --format ${format} refuses an output without room, naming both sizes, and writes nothing`, async () => {
     const to = join(work.path, `out-${format}`);
-    const failed = await run(
-      process.execPath,
-      [CLI, 'load', join(work.path, 'model'), '--format', format, '--to', to],
-      { timeout: 30_000 },
-    ).then(
-      () => assert.fail('the load should fail'),
-      (error: { code?: number; stderr?: string }) => error,
-    );
+    const failed = await failingCli(['load', join(work.path, 'model'), '--format', format, '--to', to]);
     assert.equal(failed.code, 1, failed.stderr);
     assert.match(failed.stderr ?? '', new RegExp(`IO: ${NO_ROOM.source}`));
     assert.deepEqual(await readdir(to).catch(() => []), [], 'nothing written');
