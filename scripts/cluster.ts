@@ -36,6 +36,8 @@ export interface ClusterOptions {
   corruptAgents?: readonly number[];
   /** More flags for every `weightcast agent`. */
   agentArgs?: readonly string[];
+  /** Each agent's rack label (`--rack`), by index; none where undefined. */
+  racks?: readonly (string | undefined)[];
   hostTimeoutMs?: number;
   /** Extra lines from the children, for debugging. */
   log?: (line: string) => void;
@@ -178,6 +180,7 @@ export class Cluster {
         ...caps,
         ...(options.corruptAgents?.includes(index) === true ? ['--inject-corrupt-uploads'] : []),
         ...(options.agentArgs ?? []),
+        ...(options.racks?.[index] === undefined ? [] : ['--rack', options.racks[index]]),
       ],
       /listening on (\S+)/,
       `agent-${index}`,

@@ -42,6 +42,8 @@ export interface FallbackSimOptions {
   pumpEveryMs?: number;
   /** Transfer ids for the hosts' own fetches start here (above the core's). */
   firstTransferId: number;
+  /** Each host's rack (hosts in racks: the members learn their rack-mates from the scheduler). */
+  rackOf?: (host: number) => number;
 }
 
 interface OwnFetch {
@@ -185,6 +187,7 @@ export class FallbackSim {
     for (let other = 0; other < host; other++) if (!this.dead.has(other)) index++;
     return {
       stripe: { index, count: this.options.hosts - this.dead.size },
+      ...this.rackStripeOf(host),
       pieceCount: this.options.pieceCount,
       holds: (piece) => (mine[piece] as number) !== Number.POSITIVE_INFINITY,
       fetching: (piece) => fetching.has(piece),
@@ -193,6 +196,21 @@ export class FallbackSim {
       running: this.running[host] as number,
       originReads: this.originReads[host] as number,
     };
+  }
+
+  /** Its place among its live rack-mates, itself included, when hosts are in racks. */
+  private rackStripeOf(host: number): { rackStripe?: { index: number; count: number } } {
+    const rackOf = this.options.rackOf;
+    if (rackOf === undefined) return {};
+    const rack = rackOf(host);
+    let index = 0;
+    let count = 0;
+    for (let other = 0; other < this.options.hosts; other++) {
+      if (this.dead.has(other) || rackOf(other) !== rack) continue;
+      if (other < host) index++;
+      count++;
+    }
+    return { rackStripe: { index, count } };
   }
 
   private buildPeerView(host: number): FallbackPeer<number>[] {
@@ -205,6 +223,9 @@ export class FallbackSim {
         peer,
         pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt },
         ...(this.forgotten[host]?.has(peer) === true ? { busy: true } : {}),
+        ...(this.options.rackOf !== undefined && this.options.rackOf(peer) === this.options.rackOf(host)
+          ? { sameRack: true }
+          : {}),
       });
     }
     this.peerViews[host] = peers;

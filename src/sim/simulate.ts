@@ -289,6 +289,7 @@ class SimRun {
         pieceBytes: (piece) => this.pieceSize(piece),
         heldAtLoss: (host, piece) => !this.failed.has(host) && this.core.hasPiece(host, piece),
         firstTransferId: this.highestTransferId + 1,
+        ...(this.options.racks > 0 ? { rackOf: (host: number) => host % this.options.racks } : {}),
       },
       this.network,
       atMs,

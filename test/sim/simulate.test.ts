@@ -142,6 +142,23 @@ test('hosts that fail after the scheduler is gone do not stop the others', () =>
   assert.equal(result.hostsCompleted, 17, `seed ${seed}`);
 });
 
+test('a swarm in racks that loses its scheduler brings each piece into a rack about once', () => {
+  const seed = 24;
+  const racked = { racks: 4, rackUplinkBytesPerSecond: 100e6 };
+  const kept = simulate(options({ seed, ...racked }));
+  const lost = simulate(options({ seed, ...racked, schedulerLossAtMs: 0, checkLinks: true }));
+  console.log(
+    `seed ${seed}: 4 racks, scheduler kept ${Math.round(kept.tLastMs)} ms, lost at 0 ${Math.round(lost.tLastMs)} ms, ` +
+      `origin ${lost.originRatio.toFixed(3)} x S`,
+  );
+  assert.equal(lost.incomplete, false, `seed ${seed}`);
+  assert.equal(lost.hostsCompleted, 20, `seed ${seed}`);
+  // Fetching from random peers, the hosts took 3.3 x as long as with the scheduler (origin 1.035 x S);
+  // from rack-mates first, one host bringing each piece in, 1.8 x (1.005 x S).
+  assert.ok(lost.tLastMs < 2 * kept.tLastMs, `seed ${seed}: ${lost.tLastMs} ms against ${kept.tLastMs}`);
+  assert.ok(lost.originRatio <= 1.05, `seed ${seed}: origin sent ${lost.originRatio} x S`);
+});
+
 test('rack uplinks slow a swarm down but it still completes', () => {
   const seed = 9;
   const free = simulate(options({ seed, racks: 4 }));

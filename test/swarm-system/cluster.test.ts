@@ -55,6 +55,7 @@ async function withCluster(
     hostTimeoutMs?: number;
     transferUnit?: number;
     agentArgs?: string[];
+    racks?: (string | undefined)[];
   },
   body: (cluster: Cluster) => Promise<void>,
 ): Promise<void> {
@@ -269,6 +270,43 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       if (saved === undefined) delete process.env['WEIGHTCAST_CLUSTER_TOKEN'];
       else process.env['WEIGHTCAST_CLUSTER_TOKEN'] = saved;
     }
+  });
+
+  it('members left without a scheduler bring each piece into their rack about once', async () => {
+    // Host 0 (rack b) holds the model; hosts 1 and 2 (rack a) lose the scheduler early and go on alone.
+    await withCluster(
+      'fallback-racks',
+      { hosts: 3, hostMbps: 80, originMbps: 16, racks: ['b', 'a', 'a'] },
+      async (cluster) => {
+        const started = performance.now();
+        await cluster.join(0);
+        await cluster.waitComplete([0], started, 60_000);
+        await Promise.all([1, 2].map((i) => cluster.join(i)));
+        for (let tries = 0; tries < 400; tries++) {
+          if ((await cluster.status(1)).registered && (await cluster.status(2)).registered) break;
+          await sleep(20);
+        }
+        cluster.scheduler.child.kill('SIGKILL');
+        const served = async (): Promise<number> => {
+          const status = await cluster.status(0);
+          return (status.uploadsFromMemory ?? 0) + (status.uploadsFromDisk ?? 0);
+        };
+        const [servedBefore, one, two] = [await served(), await cluster.status(1), await cluster.status(2)];
+        const pieceTotal = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+        const missing = 2 * pieceTotal - one.held - two.held;
+        await cluster.waitComplete(all(3), started, 60_000);
+        await assertCopies(cluster, all(3));
+        const crossed = (await served()) - servedBefore;
+        console.log(
+          `host 0 served ${crossed} pieces into rack a after the kill; rack a lacked ${missing} piece copies`,
+        );
+        // Each piece crosses into rack a about once, and the rack-mates pass it on to each other.
+        assert.ok(
+          crossed <= 0.75 * missing,
+          `host 0 served ${crossed} of the ${missing} copies rack a lacked`,
+        );
+      },
+    );
   });
 
   it('pulls through the swarm in-process (pull --scheduler) and through a local agent (pull --agent)', async () => {

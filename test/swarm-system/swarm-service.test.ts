@@ -17,7 +17,13 @@ function fakeManifest(pieces: number, pieceSize = 65536): Manifest {
   };
 }
 
-function register(service: SwarmService, now: number, name: string, held: readonly number[] = []): number {
+function register(
+  service: SwarmService,
+  now: number,
+  name: string,
+  held: readonly number[] = [],
+  rack?: string,
+): number {
   const set = new Set(held);
   return service.register(now, {
     name,
@@ -25,6 +31,7 @@ function register(service: SwarmService, now: number, name: string, held: readon
     uploadBytesPerSecond: 1e8,
     downloadBytesPerSecond: 1e8,
     have: encodeBitfield(service.map.pieceCount, (p) => set.has(p)),
+    ...(rack === undefined ? {} : { rack }),
   }).host;
 }
 
@@ -236,6 +243,21 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     // Every other host gone: the now empty list is sent, so the member forgets them.
     service.leave(0, a);
     assert.deepEqual(service.takeReply(b).peers, []);
+  });
+
+  it("lists a host's rack-mates first, and how many they are, for its fallback", () => {
+    const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
+    const a = register(service, 0, 'a', [], 'r1');
+    register(service, 0, 'b', [], 'r2');
+    register(service, 0, 'c', [], 'r1');
+    const flat = register(service, 0, 'd');
+    const reply = service.takeReply(a);
+    assert.deepEqual(reply.peers, ['http://127.0.0.1:1/c', 'http://127.0.0.1:1/b', 'http://127.0.0.1:1/d']);
+    assert.equal(reply.rackPeers, 1);
+    // A host without a rack gets the list alone.
+    const plain = service.takeReply(flat);
+    assert.equal(plain.peers?.length, 3);
+    assert.equal(plain.rackPeers, undefined);
   });
 
   it('plans the next download when an agent says a transfer is ending (pipelining), and only its own', () => {

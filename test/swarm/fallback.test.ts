@@ -161,6 +161,41 @@ test('fallback: a busy peer is no source, but what it holds is not read from the
   for (const pick of again) assert.deepEqual(pick.source, { kind: 'peer', peer: 'back' });
 });
 
+test('fallback with racks: rack-mates first; a piece only other racks hold comes in through one host', () => {
+  const rackStripe = { index: 0, count: 2 };
+  const every = { has: () => true };
+  // Piece 0 is held by a rack-mate and by another rack: the rack-mate is the source.
+  const both = pickFallbackFetches(
+    view({
+      rackStripe,
+      holds: (piece) => piece !== 0,
+      peers: [
+        { peer: 'remote', pieces: every },
+        { peer: 'mate', pieces: every, sameRack: true },
+      ],
+    }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(both, [{ piece: 0, source: { kind: 'peer', peer: 'mate' } }]);
+  // Only another rack holds them: this host brings in its rack stripe's pieces (even ones), not the others.
+  const remoteOnly = view({ rackStripe, running: 1, peers: [{ peer: 'remote', pieces: every }] });
+  const brought = pickFallbackFetches(remoteOnly, limits, new Random(SEED));
+  assert.ok(brought.length > 0);
+  for (const pick of brought) {
+    assert.deepEqual(pick.source, { kind: 'peer', peer: 'remote' });
+    assert.equal(pick.piece % 2, 0, `piece ${pick.piece} is its rack-mate's to bring in`);
+  }
+  // Idle, with only the other stripe's pieces left: one of them, so a rack-mate that is gone stalls nothing.
+  const idle = pickFallbackFetches(
+    view({ rackStripe, holds: (piece) => piece % 2 === 0, peers: [{ peer: 'remote', pieces: every }] }),
+    limits,
+    new Random(SEED),
+  );
+  assert.equal(idle.length, 1);
+  assert.equal((idle[0]?.piece ?? 0) % 2, 1);
+});
+
 test(`fallback: the same seed picks the same fetches (seed ${SEED})`, () => {
   const shape = (): FallbackView<string> =>
     view({

@@ -38,6 +38,8 @@ export interface FallbackFetcherOptions {
   /** True while the member should fetch on its own (no registration, scheduler unreachable). */
   active(): boolean;
   knownPeers(): readonly string[];
+  /** How many of the known peers, the first ones, share this host's rack (undefined: no racks). */
+  rackPeers?(): number | undefined;
   urgent(): ReadonlySet<number>;
   /** Pieces an assigned fetch left over from the scheduler is still fetching. */
   fetchingAssigned(piece: number): boolean;
@@ -96,11 +98,21 @@ export class FallbackFetcher {
     const { store, map, signal } = this.options;
     if (signal.aborted || !this.options.active()) return;
     const known = this.options.knownPeers();
+    const rackCount = this.options.rackPeers?.();
+    const rackMates = rackCount === undefined ? undefined : new Set(known.slice(0, rackCount));
     const peers: FallbackPeer<string>[] = known.map((peer) => {
       const have = this.peerHave.get(peer);
-      return { peer, pieces: have?.pieces, ...(have?.busy === true ? { busy: true } : {}) };
+      return {
+        peer,
+        pieces: have?.pieces,
+        ...(have?.busy === true ? { busy: true } : {}),
+        ...(rackMates?.has(peer) === true ? { sameRack: true } : {}),
+      };
     });
     const everyone = [...new Set([...known, this.options.selfUrl])].sort();
+    // Its place among its rack-mates, itself included, in the order they all agree on.
+    const mates =
+      rackMates === undefined ? undefined : [...new Set([...rackMates, this.options.selfUrl])].sort();
     const picks = pickFallbackFetches(
       {
         pieceCount: map.pieceCount,
@@ -111,6 +123,9 @@ export class FallbackFetcher {
         running: this.running,
         originReads: this.originReads,
         stripe: { index: everyone.indexOf(this.options.selfUrl), count: everyone.length },
+        ...(mates === undefined
+          ? {}
+          : { rackStripe: { index: mates.indexOf(this.options.selfUrl), count: mates.length } }),
       },
       { downloadsMax: this.options.downloadsMax, originReadsMax: FALLBACK_ORIGIN_READS_MAX },
       this.random,

@@ -204,6 +204,7 @@ export class SwarmMember {
       signal,
       active: () => this.session.host === undefined && this.session.schedulerDown,
       knownPeers: () => this.session.knownPeers,
+      rackPeers: () => this.session.knownRackPeers,
       urgent: () => this.session.urgentSet,
       fetchingAssigned: (piece) => this.assignedPieces.has(piece),
     });

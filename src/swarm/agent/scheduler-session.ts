@@ -99,6 +99,8 @@ export class SchedulerSession {
   private lastLoss: string | undefined;
   /** Peers the scheduler last named, for fetching on its own: base URLs. */
   knownPeers: string[] = [];
+  /** How many of `knownPeers`, the first ones, share this host's rack (undefined: no racks). */
+  knownRackPeers: number | undefined;
   /** Running estimate of a short sync's round trip. */
   roundTripMs: number | undefined;
   private readonly reports: Report[] = [];
@@ -235,7 +237,10 @@ export class SchedulerSession {
                 this.roundTripFrom = undefined;
               }
               const reply = parseMessage(syncReplySchema, frame, 'sync reply');
-              if (reply.peers !== undefined) this.knownPeers = reply.peers;
+              if (reply.peers !== undefined) {
+                this.knownPeers = reply.peers;
+                this.knownRackPeers = reply.rackPeers;
+              }
               this.options.onReply(reply);
             }
           } catch (error) {

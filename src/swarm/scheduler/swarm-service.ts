@@ -37,6 +37,8 @@ interface HostEntry {
   cancels: number[];
   /** The membership version of the peer list last sent to this host (none yet: -1). */
   peersSent: number;
+  /** Its rack label, if it gave one (its rack-mates come first in the peer lists it is sent). */
+  rack?: string;
   /** A sync waiting for work: call it to answer now. */
   wake?: () => void;
 }
@@ -115,6 +117,7 @@ export class SwarmService {
       outbox: [],
       cancels: [],
       peersSent: -1,
+      ...(message.rack === undefined ? {} : { rack: message.rack }),
     };
     this.hosts.set(id, entry);
     this.membership++;
@@ -188,7 +191,7 @@ export class SwarmService {
     const reply: SyncReply = {
       assignments: entry.outbox.splice(0),
       cancellations: entry.cancels.splice(0),
-      ...(changed ? { peers: this.peersFor(host) } : {}),
+      ...(changed ? this.peersFor(entry) : {}),
     };
     return reply;
   }
@@ -338,14 +341,22 @@ export class SwarmService {
     }
   }
 
-  private peersFor(host: number): string[] {
-    const out: string[] = [];
+  /**
+   * The peers `host` may use on its own: for a host with a rack, its rack-mates first and their
+   * count (the fallback fetches from them first and brings each piece into the rack once).
+   */
+  private peersFor(host: HostEntry): Pick<SyncReply, 'peers' | 'rackPeers'> {
+    const peers: string[] = [];
+    const others: string[] = [];
     for (const entry of this.hosts.values()) {
-      if (entry.id === host) continue;
-      out.push(entry.url);
-      if (out.length >= PEERS_LISTED_MAX) break;
+      if (entry.id === host.id) continue;
+      if (host.rack !== undefined && entry.rack === host.rack) peers.push(entry.url);
+      else others.push(entry.url);
     }
-    return out;
+    const rackPeers = Math.min(peers.length, PEERS_LISTED_MAX);
+    peers.push(...others);
+    peers.length = Math.min(peers.length, PEERS_LISTED_MAX);
+    return host.rack === undefined ? { peers } : { peers, rackPeers };
   }
 }
 

@@ -123,6 +123,8 @@ export const syncReplySchema = s.object({
    * swarm's membership changed since this host's last reply (absent: unchanged; empty: none now).
    */
   peers: s.optional(s.array(s.string({ max: 2048 }), { max: 1024 })),
+  /** With `peers`, for a host with a rack: how many of the first peers listed share its rack. */
+  rackPeers: s.optional(s.count(1024)),
 });
 export type SyncReply = s.Infer<typeof syncReplySchema>;
 
