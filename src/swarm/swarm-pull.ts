@@ -7,11 +7,12 @@
  * (pull/destination.ts). (Through the agent of this machine instead: agent-pull.ts.)
  */
 
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServiceCredentials } from '../auth/gate.js';
 import type { ServerTls, ServiceAccess } from '../auth/transport.js';
-import { abortError } from '../errors.js';
+import { abortError, isWeightcastError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME, lockDestination } from '../pull/destination.js';
 import { Agent, type AgentEvent, type ModelStatus } from './agent/agent.js';
@@ -95,6 +96,8 @@ async function swarmPullLocked(
     ...(options.tls === undefined ? {} : { tls: options.tls }),
     ...(options.insecure === undefined ? {} : { insecure: options.insecure }),
   });
+  /** Refused for want of room before anything was written: its state folder goes too. */
+  let refusedForSpace = false;
   try {
     const joined = await agent.join({
       source,
@@ -117,8 +120,12 @@ async function swarmPullLocked(
       corruptPieces: status.corruptPieces,
       piecesReused: joined.held,
     };
+  } catch (error) {
+    refusedForSpace = isWeightcastError(error, 'IO') && error.details['neededBytes'] !== undefined;
+    throw error;
   } finally {
     await agent.close();
+    if (refusedForSpace) await rm(stateDir, { recursive: true, force: true });
   }
 }
 

@@ -17,6 +17,7 @@ import { startFileServer, type FileServer } from '../../src/origin/file-server.j
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
+import { synthesizeModel } from '../../src/synth/synth.js';
 import { failingCli } from '../helpers/cli.js';
 import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
@@ -132,6 +133,7 @@ describe('a destination too small for the model', { skip, timeout: 60_000 }, () 
         return true;
       },
     );
+    assert.deepEqual(await readdir(small), [], 'no folder left behind');
   });
 
   it('through an agent: refused as soon as the agent joins, and the agent goes on filling its cache', async () => {
@@ -157,6 +159,34 @@ describe('a destination too small for the model', { skip, timeout: 60_000 }, () 
     } finally {
       await agent.close();
     }
+  });
+});
+
+describe('a load or pre-shard output too small for its files', { skip, timeout: 60_000 }, () => {
+  it('is refused before a byte is written: a rank of load (hf, sharded-state) and preshard', async () => {
+    const model = join(work.path, 'synth');
+    await synthesizeModel({ dir: model, arch: 'llama', sizeBytes: 4 * 1024 * 1024, seed: 3 });
+    for (const args of [
+      ['load', model, '--tp', '2', '--rank', '0', '--format', 'hf', '--to', join(small, 'rank-hf')],
+      [
+        'load',
+        model,
+        '--tp',
+        '2',
+        '--rank',
+        '0',
+        '--format',
+        'sharded-state',
+        '--to',
+        join(small, 'rank-ss'),
+      ],
+      ['preshard', model, '--tp', '2', '--to', join(small, 'preshard')],
+    ]) {
+      const failed = await failingCli(args);
+      assert.equal(failed.code, 1, `${args[0]}: ${failed.stderr}`);
+      assert.match(failed.stderr ?? '', NO_ROOM, args.join(' '));
+    }
+    assert.deepEqual(await readdir(small), [], 'nothing written');
   });
 });
 

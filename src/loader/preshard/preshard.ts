@@ -33,6 +33,7 @@ import { buildParallelPlan } from '../plan/build.js';
 import { readPlanModel } from '../plan/model-config.js';
 import type { ParallelPlan, PlanModel, SourceTensor } from '../plan/types.js';
 import { PART_BYTES_MAX_DEFAULT, ShardedStateWriter } from '../sharded-state/writer.js';
+import { checkFreeSpace, freeSpaceAt } from '../../util/free-space.js';
 import { closeModelSource, openModelSource, type ModelSource } from '../stream/model-source.js';
 import { CONCURRENCY_DEFAULT, MEMORY_BYTES_DEFAULT, ReadStream } from '../stream/read-stream.js';
 import type { ReadRequest, StreamStats } from '../stream/types.js';
@@ -197,7 +198,10 @@ async function run(
   const partBytesMax = options.partBytesMax ?? PART_BYTES_MAX_DEFAULT;
   const planned = await planRun(source, options);
   const { plan, layout, units, memory } = planned;
-  await prepareDestination(to);
+  await prepareDestination(
+    to,
+    layout.ranks.reduce((sum, rank) => sum + rank.tensors.reduce((bytes, t) => bytes + t.bytes, 0), 0),
+  );
   const state: RunState = {
     writers: plan.ranks.map(
       (rank) => new ShardedStateWriter(to, rank.rank, { partBytesMax, ...signalOption(signal) }),
@@ -357,7 +361,12 @@ function checkPieces(model: ModelSource, path: string, bytes: Buffer): void {
 }
 
 /** The destination may be new, empty, or an earlier pre-shard output (overwritten); nothing else. */
-async function prepareDestination(to: string): Promise<void> {
+/**
+ * Refuses a destination that holds something other than an earlier pre-shard output
+ * (PRESHARD_DESTINATION_CONFLICT), or whose file system lacks room for `outputBytes` of tensors
+ * (IO, before anything is written; the parts are written beside an earlier run's, then renamed).
+ */
+async function prepareDestination(to: string, outputBytes: number): Promise<void> {
   let names: string[] = [];
   try {
     names = await readdir(to);
@@ -371,6 +380,7 @@ async function prepareDestination(to: string): Promise<void> {
       { file: to },
     );
   }
+  checkFreeSpace({ dir: to, files: [{ bytes: outputBytes, replacedBytes: 0 }], ...(await freeSpaceAt(to)) });
   try {
     await mkdir(to, { recursive: true });
   } catch (error) {
