@@ -19,6 +19,7 @@
 import {
   FALLBACK_HAVE_REFRESH_MS,
   FALLBACK_PUMP_EVERY_MS,
+  afterPeerFetch,
   pickFallbackFetches,
   type FallbackPeer,
 } from '../swarm/core/fallback.js';
@@ -59,6 +60,10 @@ export class FallbackSim {
   private readonly refreshedAt: Float64Array;
   /** Peers each host has forgotten until its next refresh (they refused). */
   private readonly forgotten: Array<Set<number>>;
+  /** Busy refusals in a row, per host and peer (0 once the peer takes a fetch). */
+  private readonly busyStreaks: Array<Map<number, number>>;
+  /** Peers refused busy too often in a row: their maps do not count until the next refresh. */
+  private readonly dropped: Array<Set<number>>;
   private readonly fetchingPieces: Array<Set<number>>;
   private readonly running: Int32Array;
   private readonly originReads: Int32Array;
@@ -89,6 +94,8 @@ export class FallbackSim {
     this.heldCount = Int32Array.from(this.arrivedAt, (arrived) => arrived.filter((t) => t <= atMs).length);
     this.refreshedAt = new Float64Array(hosts).fill(atMs);
     this.forgotten = Array.from({ length: hosts }, () => new Set<number>());
+    this.busyStreaks = Array.from({ length: hosts }, () => new Map<number, number>());
+    this.dropped = Array.from({ length: hosts }, () => new Set<number>());
     this.fetchingPieces = Array.from({ length: hosts }, () => new Set<number>());
     this.running = new Int32Array(hosts);
     this.originReads = new Int32Array(hosts);
@@ -156,6 +163,7 @@ export class FallbackSim {
     if (atMs - (this.refreshedAt[host] as number) >= refreshMs) {
       this.refreshedAt[host] = atMs;
       this.forgotten[host]?.clear();
+      this.dropped[host]?.clear();
       this.peerViews[host] = undefined;
     }
     // Bounded: each refusal forgets one peer, so a pump retries at most once per peer.
@@ -167,7 +175,10 @@ export class FallbackSim {
         const src = pick.source.kind === 'origin' ? this.options.originEndpoint : pick.source.peer;
         if (pick.source.kind === 'peer' && (this.uploads[src] ?? 0) >= this.options.uploadsMax) {
           this.busy++;
+          const after = afterPeerFetch(this.busyStreaks[host]?.get(src) ?? 0, 'busy');
+          this.busyStreaks[host]?.set(src, after.streak);
           this.forgotten[host]?.add(src);
+          if (after.map === 'drop') this.dropped[host]?.add(src);
           this.peerViews[host] = undefined;
           refused = true;
           continue;
@@ -219,10 +230,15 @@ export class FallbackSim {
     for (let peer = 0; peer < this.options.hosts; peer++) {
       if (peer === host || this.dead.has(peer)) continue;
       const arrived = this.arrivedAt[peer] as Float64Array;
+      const refused = this.forgotten[host]?.has(peer) === true;
+      if (this.dropped[host]?.has(peer) === true) {
+        peers.push({ peer, pieces: undefined });
+        continue;
+      }
       peers.push({
         peer,
         pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt },
-        ...(this.forgotten[host]?.has(peer) === true ? { busy: true } : {}),
+        ...(refused ? { busy: true } : {}),
         ...(this.options.rackOf !== undefined && this.options.rackOf(peer) === this.options.rackOf(host)
           ? { sameRack: true }
           : {}),
@@ -236,6 +252,8 @@ export class FallbackSim {
     const transferId = this.nextTransferId++;
     this.own.set(transferId, { dst, piece, src });
     this.fetchingPieces[dst]?.add(piece);
+    if (src !== this.options.originEndpoint)
+      this.busyStreaks[dst]?.set(src, afterPeerFetch(0, 'verified').streak);
     this.running[dst] = (this.running[dst] ?? 0) + 1;
     if (src === this.options.originEndpoint) this.originReads[dst] = (this.originReads[dst] ?? 0) + 1;
     this.uploads[src] = (this.uploads[src] ?? 0) + 1;

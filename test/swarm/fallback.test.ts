@@ -1,6 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { pickFallbackFetches, type FallbackView } from '../../src/swarm/core/fallback.js';
+import {
+  FALLBACK_BUSY_STREAK_MAX,
+  afterPeerFetch,
+  pickFallbackFetches,
+  type FallbackView,
+} from '../../src/swarm/core/fallback.js';
 import { Random } from '../../src/swarm/core/random.js';
 
 const SEED = 41;
@@ -159,6 +164,20 @@ test('fallback: a busy peer is no source, but what it holds is not read from the
   );
   assert.ok(again.length > 0);
   for (const pick of again) assert.deepEqual(pick.source, { kind: 'peer', peer: 'back' });
+});
+
+test('fallback: a peer that only ever answers busy stops holding its pieces back from the origin', () => {
+  let streak = 0;
+  const maps: string[] = [];
+  for (let answer = 0; answer < FALLBACK_BUSY_STREAK_MAX + 2; answer++) {
+    const after = afterPeerFetch(streak, 'busy');
+    streak = after.streak;
+    maps.push(after.map);
+  }
+  assert.deepEqual(maps, [...Array<string>(FALLBACK_BUSY_STREAK_MAX).fill('busy'), 'drop', 'drop']);
+  // A piece served starts the count again; any other failure drops the map at once, as before.
+  assert.deepEqual(afterPeerFetch(streak, 'verified'), { streak: 0, map: 'keep' });
+  assert.deepEqual(afterPeerFetch(0, 'failed'), { streak: 0, map: 'drop' });
 });
 
 test('fallback with racks: rack-mates first; a piece only other racks hold comes in through one host', () => {

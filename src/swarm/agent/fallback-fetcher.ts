@@ -12,6 +12,7 @@ import {
   FALLBACK_HAVE_REFRESH_MS,
   FALLBACK_ORIGIN_READS_MAX,
   FALLBACK_PUMP_EVERY_MS,
+  afterPeerFetch,
   pickFallbackFetches,
   type FallbackPeer,
 } from '../core/fallback.js';
@@ -51,6 +52,8 @@ export class FallbackFetcher {
     string,
     { at: number; pieces: Set<number> | undefined; busy?: boolean }
   >();
+  /** Busy answers in a row from each peer (0 once it serves a piece). */
+  private readonly busyStreak = new Map<string, number>();
   private readonly fetching = new Set<number>();
   private running = 0;
   private originReads = 0;
@@ -143,13 +146,19 @@ export class FallbackFetcher {
       .fetch(fetcher.newFetch(piece, new AbortController()), source, signal)
       .then((result) => {
         if (result.outcome === 'verified') fetcher.stats.fallbackPieces++;
+        if (source === 'origin') return;
         // A peer that failed (gone, lying) is asked for its map again before it is used again; one
-        // that was busy too, but meanwhile what it holds is still its (no origin read for it).
-        if (result.outcome !== 'verified' && source !== 'origin') {
-          const have = this.peerHave.get(source);
-          if (result.busy === true && have !== undefined) have.busy = true;
-          else this.peerHave.delete(source);
-        }
+        // that was busy too, but meanwhile what it holds is still its (no origin read for it),
+        // unless it has answered nothing but busy FALLBACK_BUSY_STREAK_MAX times in a row.
+        if (result.outcome === 'cancelled') return;
+        const after = afterPeerFetch(
+          this.busyStreak.get(source) ?? 0,
+          result.outcome === 'verified' ? 'verified' : result.busy === true ? 'busy' : 'failed',
+        );
+        this.busyStreak.set(source, after.streak);
+        const have = this.peerHave.get(source);
+        if (after.map === 'busy' && have !== undefined) have.busy = true;
+        else if (after.map !== 'keep') this.peerHave.delete(source);
       })
       .finally(() => {
         this.fetching.delete(piece);

@@ -16,8 +16,9 @@
  *   each reading the same pieces; a host with nothing else to do reads any such piece, so a stripe
  *   whose host died still arrives; at most `originReadsMax` origin reads at once per host;
  * - a peer that turned a fetch away as busy is no source until its map is read again, but what its
- *   map lists is not read from the origin meanwhile: idle hosts read those pieces from the origin
- *   a second time (1.15-1.29 x S; now 1.02-1.07, 8 and 64 hosts, for 2-4 % more time at 8);
+ *   map lists is not read from the origin meanwhile (up to FALLBACK_BUSY_STREAK_MAX busy answers in
+ *   a row): idle hosts read those pieces from the origin a second time (1.15-1.29 x S; now
+ *   1.03-1.08, 8 and 64 hosts, for 1-5 % more time);
  * - with racks (the scheduler lists a host's rack-mates first and says how many), a rack-mate holding
  *   a piece is its source; a piece only other racks hold is brought in by one host of the rack (its
  *   rack stripe) and the others take it from there, so each piece crosses a rack's uplink about
@@ -88,6 +89,29 @@ export const FALLBACK_HAVE_REFRESH_MS = 250;
 export const FALLBACK_PUMP_EVERY_MS = 200;
 /** Origin reads at once per member on its own. */
 export const FALLBACK_ORIGIN_READS_MAX = 2;
+
+/**
+ * Busy answers in a row after which a peer's map no longer counts (it is dropped, as for a peer that
+ * failed): a peer that claims pieces and only ever answers busy would otherwise hold them back from
+ * the origin for good.
+ */
+export const FALLBACK_BUSY_STREAK_MAX = 3;
+
+/**
+ * What a member on its own does with a peer's have-map after a fetch from that peer: keep it (the
+ * piece came), keep it marked busy (the peer turned the fetch away, fewer than
+ * FALLBACK_BUSY_STREAK_MAX + 1 times in a row), or drop it until it is read again (any other
+ * failure, or busy once too often). `streak` is the busy answers in a row before this fetch.
+ */
+export function afterPeerFetch(
+  streak: number,
+  outcome: 'verified' | 'busy' | 'failed',
+): { streak: number; map: 'keep' | 'busy' | 'drop' } {
+  if (outcome === 'verified') return { streak: 0, map: 'keep' };
+  if (outcome === 'failed') return { streak: 0, map: 'drop' };
+  const next = streak + 1;
+  return { streak: next, map: next <= FALLBACK_BUSY_STREAK_MAX ? 'busy' : 'drop' };
+}
 
 /** Missing pieces drawn for each pick; the rarest among them with a holder is fetched. */
 export const FALLBACK_DRAWS = 4;
