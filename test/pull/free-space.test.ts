@@ -78,6 +78,12 @@ test('an agent asked to write into a destination without room refuses the join a
     assert.deepEqual(left, [], `left in the destination: ${left.join(', ')}`);
     const hex = manifestDigest(huge).slice('sha256:'.length);
     assert.throws(() => agent.status(hex), 'the agent holds no such model');
+    // Nor a job a restart would resume: the join never happened.
+    assert.equal(
+      (await readdir(join(work.path, 'cache'))).includes(hex),
+      false,
+      'no model folder in the cache',
+    );
   } finally {
     await agent.close();
   }

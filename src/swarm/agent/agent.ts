@@ -20,7 +20,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, realpath, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { hostname } from 'node:os';
@@ -472,6 +472,10 @@ export class Agent {
             directIo,
             checkSpace: true,
           });
+    // A model folder this join makes goes again if the join fails: a restarted agent must not resume
+    // a join that never happened (it would fetch a model no pull asked for, into its destination).
+    const madeModelDir =
+      options.store === undefined && (await stat(modelDir).catch(() => undefined)) === undefined;
     await mkdir(storeOptions.stateDir, { recursive: true });
     // The job files (what a restarted agent resumes from) are written while the store opens.
     const job = { source: options.source, ...(to === undefined ? {} : { to }) };
@@ -537,6 +541,7 @@ export class Agent {
         origin.close(),
         opened.status === 'fulfilled' ? opened.value.close() : undefined,
       ]);
+      if (madeModelDir) await rm(modelDir, { recursive: true, force: true });
       const reason: unknown =
         opened.status === 'rejected' ? opened.reason : (written as PromiseRejectedResult).reason;
       throw to !== undefined && !isWeightcastError(reason)
