@@ -2,6 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   FALLBACK_BUSY_STREAK_MAX,
+  FALLBACK_DRAWS,
+  FALLBACK_ROUNDS_MAX,
   afterPeerFetch,
   pickFallbackFetches,
   type FallbackView,
@@ -178,6 +180,27 @@ test('fallback: a peer that only ever answers busy stops holding its pieces back
   // A piece served starts the count again; any other failure drops the map at once, as before.
   assert.deepEqual(afterPeerFetch(streak, 'verified'), { streak: 0, map: 'keep' });
   assert.deepEqual(afterPeerFetch(0, 'failed'), { streak: 0, map: 'drop' });
+});
+
+test('fallback: one call looks at a bounded number of pieces, however large the model', () => {
+  // Every piece is held only by a busy peer: nothing can be fetched now, and the call gives up after
+  // FALLBACK_ROUNDS_MAX rounds of draws instead of looking at all 100,000 pieces.
+  let looked = 0;
+  const picks = pickFallbackFetches(
+    view({
+      pieceCount: 100_000,
+      running: 1,
+      holds: () => {
+        looked++;
+        return false;
+      },
+      peers: [{ peer: 'busy', pieces: { has: () => true }, busy: true }],
+    }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(picks, []);
+  assert.ok(looked <= 16 * FALLBACK_DRAWS * FALLBACK_ROUNDS_MAX, `${looked} pieces looked at`);
 });
 
 test('fallback with racks: rack-mates first; a piece only other racks hold comes in through one host', () => {

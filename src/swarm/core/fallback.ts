@@ -18,7 +18,7 @@
  * - a peer that turned a fetch away as busy is no source until its map is read again, but what its
  *   map lists is not read from the origin meanwhile (up to FALLBACK_BUSY_STREAK_MAX busy answers in
  *   a row): idle hosts read those pieces from the origin a second time (1.15-1.29 x S; now
- *   1.03-1.08, 8 and 64 hosts, for 1-5 % more time);
+ *   1.04-1.08, 8 and 64 hosts, for 1-3 % more time);
  * - with racks (the scheduler lists a host's rack-mates first and says how many), a rack-mate holding
  *   a piece is its source; a piece only other racks hold is brought in by one host of the rack (its
  *   rack stripe) and the others take it from there, so each piece crosses a rack's uplink about
@@ -113,6 +113,13 @@ export function afterPeerFetch(
   return { streak: next, map: next <= FALLBACK_BUSY_STREAK_MAX ? 'busy' : 'drop' };
 }
 
+/**
+ * Rounds of draws per call at most: a bound on the work of one pump (FALLBACK_DRAWS pieces a round)
+ * when few drawn pieces have a holder that may serve now (a large model whose holders are busy).
+ * What is not reached waits for the next pump.
+ */
+export const FALLBACK_ROUNDS_MAX = 64;
+
 /** Missing pieces drawn for each pick; the rarest among them with a holder is fetched. */
 export const FALLBACK_DRAWS = 4;
 
@@ -178,7 +185,7 @@ export function pickFallbackFetches<P>(
     rackStripe === undefined || piece % rackStripe.count === rackStripe.index;
   /** Pieces only other racks hold, outside this host's rack stripe: fetched only when idle. */
   const remote: Array<{ piece: number; holders: FallbackPeer<P>[] }> = [];
-  while (running < limits.downloadsMax) {
+  for (let round = 0; running < limits.downloadsMax && round < FALLBACK_ROUNDS_MAX; round++) {
     let best: { piece: number; holders: FallbackPeer<P>[] } | undefined;
     const drawn: number[] = [];
     const unheld: number[] = [];
