@@ -32,7 +32,7 @@ import { constants } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { WeightcastError } from '../errors.js';
-import { allocatedBytes, checkFreeSpace, freeSpaceAt } from '../util/free-space.js';
+import { checkFreeSpace, filesHeldIn, freeSpaceAt } from '../util/free-space.js';
 import type { HashPool } from '../manifest/hash-pool.js';
 import { manifestDigest, type ManifestFile } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
@@ -666,14 +666,9 @@ const STATE_FILE_DEFAULT = 'store.json';
  */
 async function checkSpace(map: PieceMap, options: PieceStoreOptions): Promise<void> {
   const finalDir = options.finalDir;
-  const files = await Promise.all(
-    map.manifest.files.map(async (file) => {
-      const there = await Promise.all([
-        allocatedBytes(join(options.dataDir, file.path)),
-        finalDir === undefined ? 0 : allocatedBytes(join(finalDir, file.path)),
-      ]);
-      return { bytes: file.size, replacedBytes: Math.min(file.size, Math.max(...there)) };
-    }),
+  const files = await filesHeldIn(
+    map.manifest.files,
+    finalDir === undefined ? [options.dataDir] : [options.dataDir, finalDir],
   );
   checkFreeSpace({
     dir: finalDir ?? options.dataDir,

@@ -16,7 +16,7 @@ import { WeightcastError, abortError } from '../errors.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME } from './destination.js';
 import { moveToFinalName } from '../piece/final-file.js';
-import { allocatedBytes, checkFreeSpace, deviceOf, freeSpaceAt } from '../util/free-space.js';
+import { checkFreeSpace, deviceOf, filesHeldIn, freeSpaceAt } from '../util/free-space.js';
 
 /** How a file reached its destination. */
 export type PlaceMethod = 'reflink' | 'copy' | 'link';
@@ -63,12 +63,7 @@ export async function checkPlaceSpace(
     deviceOf(to),
   ]);
   if (fromDevice !== undefined && fromDevice === toDevice) return;
-  const files = await Promise.all(
-    manifest.files.map(async (file) => ({
-      bytes: file.size,
-      replacedBytes: Math.min(file.size, await allocatedBytes(join(to, file.path))),
-    })),
-  );
+  const files = await filesHeldIn(manifest.files, [to]);
   checkFreeSpace({ dir: to, files, ...(await freeSpaceAt(to)), beyond: ' beyond the files already there' });
 }
 

@@ -252,8 +252,8 @@ export class FallbackSim {
     const transferId = this.nextTransferId++;
     this.own.set(transferId, { dst, piece, src });
     this.fetchingPieces[dst]?.add(piece);
-    if (src !== this.options.originEndpoint)
-      this.busyStreaks[dst]?.set(src, afterPeerFetch(0, 'verified').streak);
+    // A peer that takes a fetch starts its busy count again (afterPeerFetch's 'verified').
+    if (src !== this.options.originEndpoint) this.busyStreaks[dst]?.delete(src);
     this.running[dst] = (this.running[dst] ?? 0) + 1;
     if (src === this.options.originEndpoint) this.originReads[dst] = (this.originReads[dst] ?? 0) + 1;
     this.uploads[src] = (this.uploads[src] ?? 0) + 1;

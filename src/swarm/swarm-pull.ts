@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServiceCredentials } from '../auth/gate.js';
 import type { ServerTls, ServiceAccess } from '../auth/transport.js';
-import { abortError, isWeightcastError } from '../errors.js';
+import { abortError } from '../errors.js';
+import { isNoRoom } from '../util/free-space.js';
 import type { Manifest } from '../manifest/manifest.js';
 import { STATE_DIR_NAME, lockDestination } from '../pull/destination.js';
 import { Agent, type AgentEvent, type ModelStatus } from './agent/agent.js';
@@ -121,7 +122,7 @@ async function swarmPullLocked(
       piecesReused: joined.held,
     };
   } catch (error) {
-    refusedForSpace = isWeightcastError(error, 'IO') && error.details['neededBytes'] !== undefined;
+    refusedForSpace = isNoRoom(error);
     throw error;
   } finally {
     await agent.close();

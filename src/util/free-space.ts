@@ -6,8 +6,8 @@
  */
 
 import { lstat, stat, statfs } from 'node:fs/promises';
-import { dirname } from 'node:path';
-import { WeightcastError } from '../errors.js';
+import { dirname, join } from 'node:path';
+import { WeightcastError, isWeightcastError } from '../errors.js';
 import { formatBytes } from './units.js';
 
 export interface PlannedFile {
@@ -72,6 +72,27 @@ export async function freeSpaceAt(dir: string): Promise<{ freeBytes: number; blo
 export async function allocatedBytes(path: string): Promise<number> {
   const found = await lstat(path).catch(() => undefined);
   return found?.isFile() === true ? found.blocks * 512 : 0;
+}
+
+/**
+ * Each file as `checkFreeSpace` counts it when its copy may already stand, in part or whole, at its
+ * path under one of `dirs` (a partial file, a file at its final name): the most blocks found there.
+ */
+export async function filesHeldIn(
+  files: ReadonlyArray<{ path: string; size: number }>,
+  dirs: readonly string[],
+): Promise<PlannedFile[]> {
+  return Promise.all(
+    files.map(async (file) => {
+      const there = await Promise.all(dirs.map((dir) => allocatedBytes(join(dir, file.path))));
+      return { bytes: file.size, replacedBytes: Math.min(file.size, Math.max(0, ...there)) };
+    }),
+  );
+}
+
+/** Whether `error` is checkFreeSpace's refusal (nothing was written for it). */
+export function isNoRoom(error: unknown): boolean {
+  return isWeightcastError(error, 'IO') && error.details['neededBytes'] !== undefined;
 }
 
 /** The device `dir` (or its closest existing ancestor) is on: two paths on one file system share it. */

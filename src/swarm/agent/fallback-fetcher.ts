@@ -146,11 +146,10 @@ export class FallbackFetcher {
       .fetch(fetcher.newFetch(piece, new AbortController()), source, signal)
       .then((result) => {
         if (result.outcome === 'verified') fetcher.stats.fallbackPieces++;
-        if (source === 'origin') return;
+        if (source === 'origin' || result.outcome === 'cancelled') return;
         // A peer that failed (gone, lying) is asked for its map again before it is used again; one
         // that was busy too, but meanwhile what it holds is still its (no origin read for it),
         // unless it has answered nothing but busy FALLBACK_BUSY_STREAK_MAX times in a row.
-        if (result.outcome === 'cancelled') return;
         const after = afterPeerFetch(
           this.busyStreak.get(source) ?? 0,
           result.outcome === 'verified' ? 'verified' : result.busy === true ? 'busy' : 'failed',
