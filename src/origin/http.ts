@@ -453,7 +453,8 @@ export class HttpOrigin implements Origin {
     const response = await this.send(call, 'HEAD', {}, undefined);
     await discard(response.body);
     const headRefused = response.status === 405 || response.status === 501;
-    if (!headRefused && !isSuccess(response.status)) throw statusError(call.path, response);
+    if (!headRefused && !isSuccess(response.status))
+      throw statusError(call.path, this.shownUrl(call.path), response);
     if (response.linkedSize !== undefined) return response.linkedSize;
     const size = headRefused ? undefined : headerInteger(response.headers['content-length']);
     return size ?? this.statByRange(call);
@@ -471,7 +472,7 @@ export class HttpOrigin implements Origin {
         file: call.path,
       });
     }
-    throw statusError(call.path, response);
+    throw statusError(call.path, this.shownUrl(call.path), response);
   }
 
   private async readOnce(
@@ -487,7 +488,7 @@ export class HttpOrigin implements Origin {
       inPlace && this.ranges !== undefined ? this.fillFor(call, target, progress, start, end) : undefined;
     const response = await this.send(call, 'GET', { range: `bytes=${start}-${end}` }, fill);
     if (response.bodyFilled) return;
-    const problem = rangeResponseProblem(call.path, response, start, end);
+    const problem = rangeResponseProblem(call.path, response, start, end, () => this.shownUrl(call.path));
     if (problem !== undefined) {
       // A wrong success body may be the whole file: cut the connection rather than read it.
       if (isSuccess(response.status)) response.body?.destroy();
@@ -505,7 +506,7 @@ export class HttpOrigin implements Origin {
       accepts: (head) => {
         // Called once a response head is in, before its body: the origin has answered.
         this.answered = true;
-        return rangeResponseProblem(call.path, head, start, end) === undefined;
+        return rangeResponseProblem(call.path, head, start, end, () => '') === undefined;
       },
       onBodyBytes: (count) => {
         if (progress.firstByteMs === undefined) firstByteLanded(progress);
@@ -662,6 +663,12 @@ export class HttpOrigin implements Origin {
     }
   }
 
+  /** A file's URL as errors show it: no query string (it may hold a signature), no credentials. */
+  private shownUrl(path: string): string {
+    const url = this.fileUrl(path);
+    return `${url.origin}${url.pathname}`;
+  }
+
   private fileUrl(path: string): URL {
     let url = this.fileUrls.get(path);
     if (url === undefined) {
@@ -737,6 +744,7 @@ function rangeResponseProblem(
   response: ResponseHead,
   start: number,
   end: number,
+  shownUrl: () => string,
 ): WeightcastError | undefined {
   const length = end - start + 1;
   const contentLength = headerInteger(response.headers['content-length']);
@@ -773,7 +781,7 @@ function rangeResponseProblem(
       { file: path, offset: start, length },
     );
   }
-  return statusError(path, response);
+  return statusError(path, shownUrl(), response);
 }
 
 function sizeFromRangeProbe(response: OriginResponse): number | undefined {
@@ -789,17 +797,18 @@ function isSuccess(status: number): boolean {
   return status >= 200 && status <= 299;
 }
 
-function statusError(path: string, response: ResponseHead): WeightcastError {
+/** `shownUrl`: the file's URL, named in the message so a wrong origin URL shows at once. */
+function statusError(path: string, shownUrl: string, response: ResponseHead): WeightcastError {
   const status = response.status;
   if (status === 404 || status === 410) {
-    return new WeightcastError('ORIGIN_NOT_FOUND', `${path}: not found (HTTP ${status})`, {
+    return new WeightcastError('ORIGIN_NOT_FOUND', `${shownUrl}: not found (HTTP ${status})`, {
       file: path,
       status,
     });
   }
   const retryAfter = headerText(response.headers['retry-after']);
   const hint = status === 401 || status === 403 ? ' (check --token, WEIGHTCAST_TOKEN or HF_TOKEN)' : '';
-  return new WeightcastError('ORIGIN_HTTP_STATUS', `${path}: HTTP ${status}${hint}`, {
+  return new WeightcastError('ORIGIN_HTTP_STATUS', `${shownUrl}: HTTP ${status}${hint}`, {
     file: path,
     status,
     retryable: isRetryableStatus(status),

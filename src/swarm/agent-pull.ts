@@ -223,7 +223,8 @@ async function pullThroughAgent(
     // user, places the files from there.
     if (!isWeightcastError(error) || (error.code !== 'IO' && error.code !== 'FORBIDDEN'))
       throw agentGone(error, 'did not answer');
-    options.onDestinationRefused?.(error.message);
+    // The refusal is the agent's own sentence; callJson put "the agent: " before it.
+    options.onDestinationRefused?.(error.message.replace(/^the agent: /, ''));
     intoDestination = false;
     joined = await join(false).catch((failure: unknown) =>
       Promise.reject(agentGone(failure, 'did not answer')),

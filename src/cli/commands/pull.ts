@@ -123,7 +123,7 @@ function placementLine(summary: Record<string, unknown>, flags: PullFlags): stri
     default: {
       const fromOrigin = Number(summary['piecesFromOrigin'] ?? 0);
       return (
-        "copied from the agent's files (or kept where already here) with every piece verified again" +
+        "copied from the agent's files with every piece verified again (files already here and correct were kept)" +
         (fromOrigin > 0
           ? `; ${fromOrigin} ${fromOrigin === 1 ? 'piece' : 'pieces'} that changed there from the origin`
           : '')
@@ -264,7 +264,7 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
           ),
         onDestinationRefused: (reason) =>
           progress.log(
-            `weightcast: the agent cannot write into ${flags.to} (${reason}); copying the files out instead`,
+            `weightcast: the agent cannot write into ${flags.to} (${reason}); it fetches into its cache, and this pull copies the files out`,
           ),
         ...(token === undefined || token === '' ? {} : { token }),
       });

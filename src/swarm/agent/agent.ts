@@ -605,7 +605,7 @@ export class Agent {
     throw new WeightcastError(
       'FORBIDDEN',
       roots.length === 0
-        ? 'this agent writes into no destination (start it with --destination-root DIR to allow one)'
+        ? 'this agent was started without --destination-root, so it writes into no destination'
         : `${to} is not under this agent's --destination-root`,
       { file: to },
     );
