@@ -2,6 +2,10 @@
  * `npm run bench:fanout`: one model to N hosts, several ways, on the same testbed, measured the way
  * a user meets it. Legs (`--legs`, in this order):
  *
+ * The origin is an HTTP server on the origin's host (`--origin-server`): nginx where it is installed
+ * (Debian's nginx-light; what the issue's measurements and most users' origins run), else weightcast's
+ * own file server, which is also the one used on loopback (only it can cap its own rate there).
+ *
  * - naive: every host runs `weightcast pull URL` against the origin at once.
  * - swarm (the user's flow, cold): the scheduler runs beside the origin (`--scheduler-on`); at the
  *   clock's start every host starts `weightcast agent` (a fresh process, as systemd would) and, once
@@ -53,7 +57,7 @@ import { formatBytes } from '../src/util/units.js';
 import { bittorrentLeg, chainLeg } from './netns/baseline-legs.js';
 import { cgroupProblem, CgroupTree } from './netns/cgroup.js';
 import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit } from './netns/children.js';
-import { userPullArgv } from './netns/commands.js';
+import { NGINX_PORT, nginxArgv, nginxOriginConfig, userPullArgv } from './netns/commands.js';
 import {
   allReady,
   failedRuns,
@@ -64,11 +68,13 @@ import {
   log,
   release,
   RttSampler,
+  missingTools,
   runOnEveryHost,
   spawnLogged,
   START_TIMEOUT_MS,
   startService,
   stopAll,
+  waitListening,
   verifyCopies,
   verifyAndMeasure,
   type HostRun,
@@ -79,6 +85,7 @@ import {
   optionsOrExitCode,
   originReadersFlags,
   parseOptions,
+  resolveOriginServer,
   schedulingFlags,
   transferUnitFlags,
   UsageError,
@@ -238,11 +245,31 @@ function fileServerHasRateCap(): boolean {
   return existsSync(FILE_SERVER) && readFileSync(FILE_SERVER, 'utf8').includes('rate-mbps');
 }
 
-/** The origin's file server over `<work>/origin`, in the services cgroup; its URL and PID. */
+/** The origin's HTTP server over `<work>/origin`, in the services cgroup; its URL, PID and kind. */
 async function startOrigin(
-  context: Pick<LegContext, 'hostSet' | 'logDir' | 'services' | 'model'>,
+  context: Pick<LegContext, 'hostSet' | 'logDir' | 'services' | 'model' | 'work'>,
+  server: 'nginx' | 'weightcast',
 ): Promise<{ url: string; pid: number | undefined }> {
   const { hostSet } = context;
+  if (server === 'nginx') {
+    const dir = join(context.work, 'nginx');
+    await mkdir(join(dir, 'temp'), { recursive: true });
+    const configPath = join(dir, 'nginx.conf');
+    const { address } = hostSet.origin;
+    await writeFile(
+      configPath,
+      nginxOriginConfig({ address, port: NGINX_PORT, root: context.model.originRoot, dir }),
+    );
+    const child = spawnLogged(context, hostSet.origin.ns, nginxArgv(configPath, dir), 'origin', {
+      gate: true,
+      mergeStderr: true,
+    });
+    await allReady([child], ['origin nginx']);
+    await context.services?.adoptChildren([child]);
+    release(child);
+    await waitListening(hostSet, hostSet.origin, NGINX_PORT, 'origin nginx');
+    return { url: `http://${address}:${NGINX_PORT}/`, pid: child.pid };
+  }
   const capped = hostSet.mode === 'loopback' && fileServerHasRateCap();
   if (hostSet.mode === 'loopback' && !capped) {
     log('NOTE: the origin file server has no --rate-mbps yet: on loopback the origin is not capped');
@@ -258,12 +285,12 @@ async function startOrigin(
     '0',
     ...(capped ? ['--rate-mbps', String(hostSet.origin.mbps)] : []),
   ];
-  const server = spawnLogged(context, hostSet.origin.ns, argv, 'origin', { gate: true });
-  await allReady([server], ['origin file server']);
-  await context.services?.adoptChildren([server]);
-  release(server);
-  const line = await firstMatch(server, /^\{.*"url".*\}$/, START_TIMEOUT_MS, 'origin file server');
-  return { url: (JSON.parse(line[0]) as { url: string }).url, pid: server.pid };
+  const child = spawnLogged(context, hostSet.origin.ns, argv, 'origin', { gate: true });
+  await allReady([child], ['origin file server']);
+  await context.services?.adoptChildren([child]);
+  release(child);
+  const line = await firstMatch(child, /^\{.*"url".*\}$/, START_TIMEOUT_MS, 'origin file server');
+  return { url: (JSON.parse(line[0]) as { url: string }).url, pid: child.pid };
 }
 
 function swarmTimeoutMs(setting: Setting): number {
@@ -772,6 +799,8 @@ interface Report {
   /** The testbed links' MTU (netns mode). */
   mtu: number;
   schedulerOn: Options['schedulerOn'];
+  /** The origin's HTTP server (`--origin-server`, resolved). */
+  originServer: 'nginx' | 'weightcast';
   /** When the swarm leg's pulls started (`--pull-start`). */
   pullStart: Options['pullStart'];
   /** Why CPU is read from /proc instead of per-leg cgroups, when it is. */
@@ -845,7 +874,7 @@ function printReport(report: Report): void {
         : '') +
       `, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
-      `origin ${setting.originMbps} Mbit/s; scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
+      `origin ${setting.originMbps} Mbit/s (${report.originServer === 'nginx' ? 'nginx' : 'weightcast serve'}); scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
   );
   console.log(report.modeNote);
   const load = report.loadAverageAtStart;
@@ -996,13 +1025,21 @@ async function main(argv: readonly string[]): Promise<number> {
           })
         : new LoopbackHosts(options.hosts, options.mbps, options.originMbps);
     const measurements: LegMeasurement[] = [];
+    let originServer: 'nginx' | 'weightcast' = 'weightcast';
     try {
       const logDir = join(work, 'logs');
       await mkdir(logDir, { recursive: true });
       const services = await cgroups?.leaf('services');
-      const origin = await startOrigin({ hostSet, logDir, services, model });
+      const resolved = resolveOriginServer(
+        options.originServer,
+        hostSet.mode,
+        missingTools(['nginx']).length === 0,
+      );
+      if ('problem' in resolved) throw new UsageError(resolved.problem);
+      originServer = resolved.server;
+      const origin = await startOrigin({ hostSet, logDir, services, model, work }, originServer);
       log(
-        `origin serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
+        `origin (${originServer === 'nginx' ? 'nginx' : 'weightcast serve'}) serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
       );
       const context: LegContext = {
         hostSet,
@@ -1053,6 +1090,7 @@ async function main(argv: readonly string[]): Promise<number> {
       simLinkShare,
       mtu: options.mtu,
       schedulerOn: options.schedulerOn,
+      originServer,
       pullStart: options.pullStart,
       cgroupProblem: cgroupsProblem,
       legs: measurements.map((measurement) => summarizeLeg(measurement, setting)),

@@ -14,6 +14,10 @@ export const CHAIN_TOOLS = ['socat', 'tee', 'tar'] as const;
 export const TRACKER_PORT = 6969;
 export const BITTORRENT_PORT = 6881;
 export const CHAIN_PORT = 7300;
+export const NGINX_PORT = 8080;
+
+/** The Debian package that provides the origin's nginx (`--origin-server`), named when it is missing. */
+export const NGINX_INSTALL_HINT = 'apt-get install nginx-light';
 
 /** What the leecher's completion hook prints (on aria2c's stderr, merged into stdout by the wrapper). */
 export const BITTORRENT_COMPLETE_LINE = 'bittorrent: complete';
@@ -64,6 +68,49 @@ export interface UserFlowInput {
 export function userPullArgv(input: UserFlowInput): string[] {
   const { node, cli, source, manifestPath, dir, agentUrl } = input;
   return [node, cli, 'pull', source, '--manifest', manifestPath, '--to', dir, '--agent', agentUrl, '--json'];
+}
+
+/**
+ * nginx as the model's origin: a static file server over `root` (byte ranges and HEAD are built in),
+ * one process in the foreground (no master, no daemon: the PID the benchmark starts is the one that
+ * serves, so its CPU is counted in the leg's cgroup and SIGTERM stops it), `sendfile` as a typical
+ * deployment has it, no access log. Everything it writes goes under `dir`.
+ */
+export function nginxOriginConfig(input: {
+  address: string;
+  port: number;
+  root: string;
+  dir: string;
+}): string {
+  const { address, port, root, dir } = input;
+  for (const [what, value] of Object.entries({ root, dir })) {
+    // nginx's configuration syntax has no quoting we rely on: refuse what would need it.
+    if (!/^[A-Za-z0-9_./-]+$/.test(value)) throw new Error(`nginx config: ${what} ${value} needs quoting`);
+  }
+  const temp = `${dir}/temp`;
+  return [
+    'daemon off;',
+    'master_process off;',
+    'worker_processes 1;',
+    `pid ${dir}/nginx.pid;`,
+    'error_log stderr warn;',
+    'events { worker_connections 1024; }',
+    'http {',
+    '  access_log off;',
+    '  sendfile on;',
+    '  tcp_nopush on;',
+    '  keepalive_requests 1000000;',
+    '  default_type application/octet-stream;',
+    ...['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((kind) => `  ${kind}_temp_path ${temp};`),
+    `  server { listen ${address}:${port}; root ${root}; }`,
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** nginx in the foreground on `configPath`, with `dir` as its prefix. */
+export function nginxArgv(configPath: string, dir: string): string[] {
+  return ['nginx', '-c', configPath, '-p', dir];
 }
 
 /** mktorrent's `-l`: the power of two nearest `pieceBytes`, within what mktorrent accepts. */

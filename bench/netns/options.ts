@@ -9,6 +9,7 @@ import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../../src/c
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
 import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
+import { NGINX_INSTALL_HINT } from './commands.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
 
 const MiB = 1024 * 1024;
@@ -25,6 +26,15 @@ export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'ch
 /** Where the scheduler runs: on the origin's host (as it usually is deployed) or a machine of its own. */
 export const SCHEDULER_PLACES = ['origin', 'control'] as const;
 export type SchedulerPlace = (typeof SCHEDULER_PLACES)[number];
+
+/**
+ * The origin's HTTP server: nginx (what the issue's measurements and most users' origins run;
+ * `sendfile`, one worker) or weightcast's own file server (`weightcast serve`). `auto`: nginx on the
+ * netns testbed when it is installed, else weightcast's server, which alone can cap its own rate on
+ * loopback. Its CPU counts in every leg that reads it (as the origin's role).
+ */
+export const ORIGIN_SERVERS = ['auto', 'nginx', 'weightcast'] as const;
+export type OriginServer = (typeof ORIGIN_SERVERS)[number];
 
 /**
  * When the swarm leg's pulls start: once their agent prints its listening line (the default), or at
@@ -63,6 +73,8 @@ export interface Options {
   /** The testbed links' MTU (netns only). */
   mtu: number;
   schedulerOn: SchedulerPlace;
+  /** The origin's HTTP server (OriginServer). */
+  originServer: OriginServer;
   /** swarm: when each host's pull starts (PullStart). */
   pullStart: PullStart;
 }
@@ -98,6 +110,7 @@ export const USAGE = [
   `  --mtu M (${MTU_DEFAULT}; 9000 for jumbo frames; netns testbed only)`,
   "  --piece-mb P (the manifest's default for the model's size: 0.5 at 256 MiB; 0.25 is 256 KiB)",
   '  --scheduler-on origin|control (origin: beside the origin on its host and link; control: a machine of its own)',
+  '  --origin-server auto|nginx|weightcast (auto: nginx on the netns testbed when installed, else `weightcast serve`)',
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
@@ -132,6 +145,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       'warm-up-mb': { type: 'string', default: '64' },
       mtu: { type: 'string', default: String(MTU_DEFAULT) },
       'scheduler-on': { type: 'string', default: 'origin' },
+      'origin-server': { type: 'string', default: 'auto' },
       'pull-start': { type: 'string', default: 'listening' },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
       downloads: { type: 'string' },
@@ -146,6 +160,12 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
   const mbps = number(values.mbps, '--mbps', MBPS_MIN, MBPS_MAX);
   const schedulerOn = oneOf(SCHEDULER_PLACES, values['scheduler-on'], '--scheduler-on');
   const pullStart = oneOf(PULL_STARTS, values['pull-start'], '--pull-start');
+  const originServer = oneOf(ORIGIN_SERVERS, values['origin-server'], '--origin-server');
+  if (originServer === 'nginx' && values.loopback) {
+    throw new UsageError(
+      '--origin-server nginx needs the netns testbed: on loopback only weightcast serve caps the origin',
+    );
+  }
   const legs = parseLegs(values.legs, values.warm);
   if (values['skip-copy-out'] && !legs.includes('swarm-warm')) {
     // The swarm leg is the user's flow now: its copy-out is part of what it measures.
@@ -175,6 +195,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     warmUpMb: integer(values['warm-up-mb'], '--warm-up-mb', 0, 4096),
     mtu: integer(values.mtu, '--mtu', MTU_MIN, MTU_MAX),
     schedulerOn,
+    originServer,
     pullStart,
     ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
@@ -253,4 +274,21 @@ function pieceMb(text: string): number {
 
 function integer(text: string, what: string, min: number, max: number): number {
   return flagNumber(text, what, min, { min, max, integer: true });
+}
+
+/**
+ * Which HTTP server the origin runs (`--origin-server`): `auto` is nginx on the netns testbed when it
+ * is installed, else weightcast's own file server; or why the one asked for cannot run.
+ */
+export function resolveOriginServer(
+  asked: OriginServer,
+  mode: 'netns' | 'loopback',
+  nginxInstalled: boolean,
+): { server: 'nginx' | 'weightcast' } | { problem: string } {
+  if (asked === 'weightcast') return { server: 'weightcast' };
+  if (asked === 'auto') return { server: mode === 'netns' && nginxInstalled ? 'nginx' : 'weightcast' };
+  if (mode !== 'netns') return { problem: '--origin-server nginx needs the netns testbed' };
+  if (!nginxInstalled)
+    return { problem: `--origin-server nginx: nginx is not installed (${NGINX_INSTALL_HINT})` };
+  return { server: 'nginx' };
 }

@@ -1,6 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { missingTools } from '../../bench/netns/leg-runtime.js';
 import {
   aria2cArgv,
   BITTORRENT_COMPLETE_LINE,
@@ -9,6 +15,9 @@ import {
   completionHookScript,
   listensOn,
   mktorrentArgv,
+  nginxArgv,
+  nginxOriginConfig,
+  NGINX_INSTALL_HINT,
   opentrackerArgv,
   parseInfoHash,
   parseScrapeSeeds,
@@ -206,4 +215,66 @@ test("the scheduler's connections' RTTs are read from ss -ti", () => {
   ].join('\n');
   assert.deepEqual(parseSsRttsMs(output), [3.25, 41]);
   assert.deepEqual(parseSsRttsMs(''), []);
+});
+
+test("the origin's nginx config: foreground, one process, the model's root; paths that need quoting refused", () => {
+  const config = nginxOriginConfig({ address: '10.77.0.1', port: 8080, root: '/w/origin', dir: '/w/nginx' });
+  for (const line of ['daemon off;', 'master_process off;', 'sendfile on;', 'access_log off;'])
+    assert.ok(config.includes(line), line);
+  assert.match(config, /listen 10\.77\.0\.1:8080; root \/w\/origin;/);
+  assert.match(config, /pid \/w\/nginx\/nginx\.pid;/);
+  assert.throws(
+    () => nginxOriginConfig({ address: 'a', port: 1, root: '/w/a b', dir: '/w' }),
+    /needs quoting/,
+  );
+  assert.throws(() => nginxOriginConfig({ address: 'a', port: 1, root: '/w', dir: '/w;x' }), /needs quoting/);
+});
+
+test('nginx started with that config serves byte ranges of the model and stops on SIGTERM', async (t) => {
+  if (missingTools(['nginx']).length > 0) {
+    t.skip(`nginx is not installed (${NGINX_INSTALL_HINT})`);
+    return;
+  }
+  const work = await mkdtemp(join(tmpdir(), 'wc-nginx-'));
+  try {
+    const root = join(work, 'origin');
+    const dir = join(work, 'nginx');
+    await mkdir(join(root, 'model'), { recursive: true });
+    await mkdir(join(dir, 'temp'), { recursive: true });
+    const bytes = Buffer.from(Array.from({ length: 4096 }, (_, i) => i % 251));
+    await writeFile(join(root, 'model', 'a.safetensors'), bytes);
+    const probe = createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const port = (probe.address() as { port: number }).port;
+    probe.close();
+    const configPath = join(dir, 'nginx.conf');
+    await writeFile(configPath, nginxOriginConfig({ address: '127.0.0.1', port, root, dir }));
+    const [command, ...args] = nginxArgv(configPath, dir);
+    const child = spawn(command ?? '', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'exit');
+    try {
+      const url = `http://127.0.0.1:${port}/model/a.safetensors`;
+      let response: Response | undefined;
+      for (let attempt = 0; attempt < 100 && response === undefined; attempt++) {
+        response = await fetch(url, { headers: { range: 'bytes=100-199' } }).catch(async () => {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          return undefined;
+        });
+      }
+      assert.ok(response !== undefined, `nginx did not answer: ${stderr}`);
+      assert.equal(response.status, 206);
+      assert.equal(response.headers.get('content-range'), 'bytes 100-199/4096');
+      assert.deepEqual(Buffer.from(await response.arrayBuffer()), bytes.subarray(100, 200));
+      const head = await fetch(url, { method: 'HEAD' });
+      assert.equal(head.headers.get('content-length'), '4096');
+    } finally {
+      child.kill('SIGTERM');
+      const [code, signal] = (await exited) as [number | null, NodeJS.Signals | null];
+      assert.ok(code === 0 || signal === 'SIGTERM', `nginx ended with ${code ?? signal}: ${stderr}`);
+    }
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
 });

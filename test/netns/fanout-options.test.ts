@@ -5,6 +5,7 @@ import {
   originReadersFlags,
   parseLegs,
   parseOptions,
+  resolveOriginServer,
   schedulingFlags,
   transferUnitFlags,
   UsageError,
@@ -77,4 +78,23 @@ test('--transfer-unit goes to the scheduler alone (the simulator is given the un
   assert.equal(parse('--transfer-unit', 'auto').transferUnit, undefined);
   assert.throws(() => parse('--transfer-unit', '0'), UsageError);
   assert.throws(() => parse('--transfer-unit', 'two'), UsageError);
+});
+
+test('the origin runs nginx on the testbed when it is installed, else weightcast serve; asked for, it must be there', () => {
+  assert.equal(parse().originServer, 'auto');
+  assert.equal(parse('--origin-server', 'weightcast').originServer, 'weightcast');
+  assert.throws(() => parse('--origin-server', 'apache'), UsageError);
+  assert.throws(() => parse('--origin-server', 'nginx', '--loopback'), /needs the netns testbed/);
+  assert.deepEqual(resolveOriginServer('auto', 'netns', true), { server: 'nginx' });
+  assert.deepEqual(resolveOriginServer('auto', 'netns', false), { server: 'weightcast' });
+  // On loopback only weightcast's server caps the origin's rate.
+  assert.deepEqual(resolveOriginServer('auto', 'loopback', true), { server: 'weightcast' });
+  assert.deepEqual(resolveOriginServer('weightcast', 'netns', true), { server: 'weightcast' });
+  assert.deepEqual(resolveOriginServer('nginx', 'netns', true), { server: 'nginx' });
+  const missing = resolveOriginServer('nginx', 'netns', false);
+  assert.ok(
+    'problem' in missing && /apt-get install nginx-light/.test(missing.problem),
+    JSON.stringify(missing),
+  );
+  assert.ok('problem' in resolveOriginServer('nginx', 'loopback', true));
 });
