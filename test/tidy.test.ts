@@ -62,6 +62,7 @@ const PURE = [
   'manifest/merkle.ts',
   'origin/retry.ts',
   'origin/response-reader.ts',
+  'piece/write-policy.ts',
   'swarm/wire/peer-frames.ts',
   'synth/architectures.ts',
   'synth/plan.ts',

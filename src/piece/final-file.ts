@@ -6,6 +6,7 @@
  * under its final name is always complete and verified, after a crash too.
  */
 
+import { writeSync } from 'node:fs';
 import { mkdir, open, rename, stat, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { WeightcastError } from '../errors.js';
@@ -95,4 +96,18 @@ export async function writeFully(handle: FileHandle, bytes: Uint8Array, position
     if (bytesWritten <= 0) throw new WeightcastError('IO', 'write made no progress');
     done += bytesWritten;
   }
+}
+
+/**
+ * writeFully as synchronous system calls on this thread (write-policy.ts says when); errors (ENOSPC,
+ * EIO) are thrown, and so reject the caller's promise as the pool's would.
+ */
+export function writeFullySync(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+  let done = 0;
+  while (done < bytes.length) {
+    const written = writeSync(handle.fd, bytes, done, bytes.length - done, position + done);
+    if (written <= 0) throw new WeightcastError('IO', 'write made no progress');
+    done += written;
+  }
+  return Promise.resolve();
 }

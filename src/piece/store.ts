@@ -38,7 +38,9 @@ import { manifestDigest, type ManifestFile } from '../manifest/manifest.js';
 import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
 import { digestMatches, pieceDigest, verifyPiece } from './verify.js';
-import { moveToFinalName, Writeback, writeFully } from './final-file.js';
+import { moveToFinalName, Writeback, writeFully, writeFullySync } from './final-file.js';
+import { writesInline } from './write-policy.js';
+import { LoopBusy } from '../util/loop-busy.js';
 import { directEligible, isDirectRefusal, O_DIRECT } from './direct-io.js';
 
 export interface PieceStoreOptions {
@@ -80,6 +82,14 @@ export interface PieceStoreOptions {
    * pull, an agent's join), not for a seed node's share. Default false.
    */
   checkSpace?: boolean;
+  /**
+   * Write a verified piece with a synchronous system call on this thread while the event loop is
+   * mostly idle and the piece small (write-policy.ts), instead of on libuv's thread pool: for stores
+   * fed from the network at a link's pace (an agent, `pull --scheduler`). Default false.
+   */
+  inlineWrites?: boolean;
+  /** With `inlineWrites`: the event loop's recent busy share, 0-1 (tests). Default: LoopBusy. */
+  loopBusy?: () => number;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -110,6 +120,8 @@ export class PieceStore {
   private readonly learnt: Array<string | undefined>;
   private closed = false;
   private directWritten = 0;
+  private inlineWritten = 0;
+  private loopGauge: LoopBusy | undefined;
 
   private constructor(
     readonly map: PieceMap,
@@ -221,6 +233,11 @@ export class PieceStore {
     return this.directWritten;
   }
 
+  /** Bytes written on this thread rather than the thread pool (`inlineWrites`). */
+  get inlineBytes(): number {
+    return this.inlineWritten;
+  }
+
   get complete(): boolean {
     return this.heldPieces === this.map.pieceCount;
   }
@@ -248,11 +265,21 @@ export class PieceStore {
         ? verifyPiece(bytes, where)
         : digestMatches(bytes.length, options.digest, where);
     if (!valid) return 'corrupt';
+    const inline = this.options.inlineWrites === true && writesInline(this.busyShare(), bytes.length);
     return this.store(piece, async (file) => {
-      if (await transferAt(file, bytes, where.offset, writeFully)) this.directWritten += bytes.length;
+      if (await transferAt(file, bytes, where.offset, inline ? writeFullySync : writeFully))
+        this.directWritten += bytes.length;
       else file.buffered = true;
+      if (inline) this.inlineWritten += bytes.length;
       return digest;
     });
+  }
+
+  /** The event loop's recent busy share (inlineWrites). */
+  private busyShare(): number {
+    if (this.options.loopBusy !== undefined) return this.options.loopBusy();
+    this.loopGauge ??= new LoopBusy();
+    return this.loopGauge.busyShare();
   }
 
   /**

@@ -103,7 +103,13 @@ async function swarmPullLocked(
     const joined = await agent.join({
       source,
       manifest: options.manifest,
-      store: { dataDir: join(stateDir, 'partial'), stateDir, finalDir: dest, checkSpace: true },
+      store: {
+        dataDir: join(stateDir, 'partial'),
+        stateDir,
+        finalDir: dest,
+        checkSpace: true,
+        inlineWrites: true,
+      },
       ...(options.token === undefined ? {} : { token: options.token }),
     });
     const hex = joined.model;

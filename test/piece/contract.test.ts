@@ -93,11 +93,29 @@ function firstLines(child: ReturnType<typeof spawn>, count: number): Promise<num
   });
 }
 
-for (const way of ['inline', 'digest', 'copy', 'direct'] as const) {
-  describe(`the piece layer, pieces stored ${way}`, () => {
+/** Every way a piece enters the store; `inlineWrites`: written on the event loop (write-policy.ts). */
+const CASES: Array<{ way: StoreWay; inlineWrites: boolean }> = [
+  { way: 'inline', inlineWrites: false },
+  { way: 'digest', inlineWrites: false },
+  { way: 'copy', inlineWrites: false },
+  { way: 'direct', inlineWrites: false },
+  { way: 'inline', inlineWrites: true },
+  { way: 'direct', inlineWrites: true },
+];
+
+for (const { way, inlineWrites } of CASES) {
+  const name = inlineWrites ? `${way}-written-on-the-loop` : way;
+  describe(`the piece layer, pieces stored ${way}${inlineWrites ? ', written on the event loop' : ''}`, () => {
     it('writes and counts only verified bytes', async () => {
-      const at = dirs(`verified-${way}`);
-      const store = await PieceStore.open(map, { ...at, hashThreads: 0, directIo: way === 'direct' });
+      const at = dirs(`verified-${name}`);
+      const store = await PieceStore.open(map, {
+        ...at,
+        hashThreads: 0,
+        directIo: way === 'direct',
+        inlineWrites,
+        // An idle loop: every small piece is written on it.
+        loopBusy: () => 0,
+      });
       try {
         const { index, path, pieces } = largestFile();
         const piece = pieces[1] as number;
@@ -113,14 +131,20 @@ for (const way of ['inline', 'digest', 'copy', 'direct'] as const) {
         await store.read(piece, back);
         const original = await readFile(join(source, path));
         assert.ok(back.equals(original.subarray(where.offset, where.offset + where.length)));
+        assert.equal(store.inlineBytes, inlineWrites ? where.length : 0);
       } finally {
         await store.close();
       }
     });
 
     it('puts a file under its final name only when every piece of it is verified', async () => {
-      const at = dirs(`final-${way}`);
-      const store = await PieceStore.open(map, { ...at, hashThreads: 0, directIo: way === 'direct' });
+      const at = dirs(`final-${name}`);
+      const store = await PieceStore.open(map, {
+        ...at,
+        hashThreads: 0,
+        directIo: way === 'direct',
+        inlineWrites,
+      });
       try {
         const { path, pieces } = largestFile();
         for (const piece of pieces.slice(0, -1)) await storePiece(store, pool, source, piece, way);
@@ -135,9 +159,9 @@ for (const way of ['inline', 'digest', 'copy', 'direct'] as const) {
     });
 
     it('after a kill -9 reopens with every piece it acknowledged, and fetches none of them again', async () => {
-      const at = dirs(`killed-${way}`);
-      const options: PieceStoreOptions = { ...at, hashThreads: 0, directIo: way === 'direct' };
-      const jobPath = join(work.path, `killed-${way}.json`);
+      const at = dirs(`killed-${name}`);
+      const options: PieceStoreOptions = { ...at, hashThreads: 0, directIo: way === 'direct', inlineWrites };
+      const jobPath = join(work.path, `killed-${name}.json`);
       const job: StoreWriterJob = { manifest, source, options, way, count: map.pieceCount - 1 };
       await writeFile(jobPath, JSON.stringify(job));
       const child = spawn(process.execPath, [WRITER, jobPath], { stdio: ['ignore', 'pipe', 'inherit'] });

@@ -464,13 +464,20 @@ export class Agent {
     const storeOptions =
       options.store ??
       (to === undefined
-        ? { dataDir: join(modelDir, 'files'), stateDir: modelDir, directIo, checkSpace: true }
+        ? {
+            dataDir: join(modelDir, 'files'),
+            stateDir: modelDir,
+            directIo,
+            checkSpace: true,
+            inlineWrites: true,
+          }
         : {
             dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
             stateDir: modelDir,
             finalDir: to,
             directIo,
             checkSpace: true,
+            inlineWrites: true,
           });
     // A model folder this join makes goes again if the join fails: a restarted agent must not resume
     // a join that never happened (it would fetch a model no pull asked for, into its destination).

@@ -1,0 +1,27 @@
+/**
+ * Where a verified piece's write runs: on libuv's thread pool (the promise API), or as one
+ * synchronous system call on the calling thread ("inline"). Pure: the store's shell measures how busy
+ * its event loop is (util/loop-busy.ts) and asks here.
+ *
+ * Why inline at all: a pool write costs a hand-off each way (a futex wake for a pool thread, which
+ * then sleeps in the device's I/O wait, and an eventfd write and an event-loop wake to resolve the
+ * promise), per piece, whatever its size. On the netns fan-out (8 agents on 2 cores, 512 KiB pieces
+ * at 200 Mbit/s) the agents' event loops are idle most of the time, and writing inline took 4-12 %
+ * less agent CPU in 4 of 5 alternating pairs, with the same T_last
+ * (docs/measurements/2026-12-06-late.md). An O_DIRECT write of such a piece holds the loop for
+ * ~0.1-0.2 ms there.
+ *
+ * Why not always: a loop that is busy needs the overlap (a host reading at NIC speed), and a large
+ * piece's write holds the loop for milliseconds. A write held inline counts as busy time itself, so a
+ * slow disk moves the store back to the pool.
+ */
+
+/** Pieces larger than this go to the pool: their hand-off is small against their bytes. */
+export const INLINE_WRITE_BYTES_MAX = 4 * 1024 * 1024;
+/** The loop's busy share (over the last window) below which writes go inline. */
+export const INLINE_WRITE_BUSY_MAX = 0.5;
+
+/** Whether a write of `bytes` goes inline when the event loop was busy `busyShare` (0-1) of late. */
+export function writesInline(busyShare: number, bytes: number): boolean {
+  return bytes <= INLINE_WRITE_BYTES_MAX && busyShare < INLINE_WRITE_BUSY_MAX;
+}
