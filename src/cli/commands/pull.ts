@@ -123,7 +123,7 @@ function placementLine(summary: Record<string, unknown>, flags: PullFlags): stri
     default: {
       const fromOrigin = Number(summary['piecesFromOrigin'] ?? 0);
       return (
-        "copied from the agent's files with every piece verified again (files already here and correct were kept)" +
+        "copied from the agent's files (or kept where already correct here), every piece verified again" +
         (fromOrigin > 0
           ? `; ${fromOrigin} ${fromOrigin === 1 ? 'piece' : 'pieces'} that changed there from the origin`
           : '')
