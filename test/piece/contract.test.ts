@@ -105,17 +105,16 @@ const CASES: Array<{ way: StoreWay; inlineWrites: boolean }> = [
 
 for (const { way, inlineWrites } of CASES) {
   const name = inlineWrites ? `${way}-written-on-the-loop` : way;
+  /** A store's folders for one test of this case, and its options (JSON, for the writer process). */
+  const setUp = (test: string): { at: ReturnType<typeof dirs>; options: PieceStoreOptions } => {
+    const at = dirs(`${test}-${name}`);
+    return { at, options: { ...at, hashThreads: 0, directIo: way === 'direct', inlineWrites } };
+  };
   describe(`the piece layer, pieces stored ${way}${inlineWrites ? ', written on the event loop' : ''}`, () => {
     it('writes and counts only verified bytes', async () => {
-      const at = dirs(`verified-${name}`);
-      const store = await PieceStore.open(map, {
-        ...at,
-        hashThreads: 0,
-        directIo: way === 'direct',
-        inlineWrites,
-        // An idle loop: every small piece is written on it.
-        loopBusy: () => 0,
-      });
+      const { options } = setUp('verified');
+      // An idle loop: every small piece is written on it.
+      const store = await PieceStore.open(map, { ...options, loopBusy: () => 0 });
       try {
         const { index, path, pieces } = largestFile();
         const piece = pieces[1] as number;
@@ -138,13 +137,8 @@ for (const { way, inlineWrites } of CASES) {
     });
 
     it('puts a file under its final name only when every piece of it is verified', async () => {
-      const at = dirs(`final-${name}`);
-      const store = await PieceStore.open(map, {
-        ...at,
-        hashThreads: 0,
-        directIo: way === 'direct',
-        inlineWrites,
-      });
+      const { at, options } = setUp('final');
+      const store = await PieceStore.open(map, options);
       try {
         const { path, pieces } = largestFile();
         for (const piece of pieces.slice(0, -1)) await storePiece(store, pool, source, piece, way);
@@ -159,8 +153,7 @@ for (const { way, inlineWrites } of CASES) {
     });
 
     it('after a kill -9 reopens with every piece it acknowledged, and fetches none of them again', async () => {
-      const at = dirs(`killed-${name}`);
-      const options: PieceStoreOptions = { ...at, hashThreads: 0, directIo: way === 'direct', inlineWrites };
+      const { at, options } = setUp('killed');
       const jobPath = join(work.path, `killed-${name}.json`);
       const job: StoreWriterJob = { manifest, source, options, way, count: map.pieceCount - 1 };
       await writeFile(jobPath, JSON.stringify(job));
