@@ -39,7 +39,7 @@ import { JournalWriter, bootId, readJournal } from './journal.js';
 import type { PieceMap } from './piece-map.js';
 import { digestMatches, pieceDigest, verifyPiece } from './verify.js';
 import { moveToFinalName, Writeback, writeFully, writeFullySync } from './final-file.js';
-import { writesInline } from './write-policy.js';
+import { INLINE_WRITE_SLOW_MS, writesInline } from './write-policy.js';
 import { LoopBusy } from '../util/loop-busy.js';
 import { directEligible, isDirectRefusal, O_DIRECT } from './direct-io.js';
 
@@ -90,6 +90,8 @@ export interface PieceStoreOptions {
   inlineWrites?: boolean;
   /** With `inlineWrites`: the event loop's recent busy share, 0-1 (tests). Default: LoopBusy. */
   loopBusy?: () => number;
+  /** With `inlineWrites`: the clock that times inline writes, in ms (tests). Default: performance.now. */
+  clock?: () => number;
 }
 
 export type PutResult = 'stored' | 'duplicate' | 'corrupt';
@@ -122,6 +124,8 @@ export class PieceStore {
   private directWritten = 0;
   private inlineWritten = 0;
   private loopGauge: LoopBusy | undefined;
+  /** When an inline write last held the loop too long (INLINE_WRITE_SLOW_MS). */
+  private slowInlineAt = -Infinity;
 
   private constructor(
     readonly map: PieceMap,
@@ -265,12 +269,20 @@ export class PieceStore {
         ? verifyPiece(bytes, where)
         : digestMatches(bytes.length, options.digest, where);
     if (!valid) return 'corrupt';
-    const inline = this.options.inlineWrites === true && writesInline(this.busyShare(), bytes.length);
+    const now = this.options.clock ?? performance.now.bind(performance);
+    const inline =
+      this.options.inlineWrites === true &&
+      writesInline(this.busyShare(), bytes.length, now() - this.slowInlineAt);
     return this.store(piece, async (file) => {
-      if (await transferAt(file, bytes, where.offset, inline ? writeFullySync : writeFully))
-        this.directWritten += bytes.length;
+      const started = inline ? now() : 0;
+      const direct = await transferAt(file, bytes, where.offset, inline ? writeFullySync : writeFully);
+      if (direct) this.directWritten += bytes.length;
       else file.buffered = true;
-      if (inline) this.inlineWritten += bytes.length;
+      if (inline) {
+        this.inlineWritten += bytes.length;
+        const ended = now();
+        if (ended - started > INLINE_WRITE_SLOW_MS) this.slowInlineAt = ended;
+      }
       return digest;
     });
   }

@@ -12,8 +12,8 @@
  * ~0.1 ms there.
  *
  * Why not always: a loop that is busy needs the overlap (a host reading at NIC speed), and a large
- * piece's write holds the loop for milliseconds. A write held inline counts as busy time itself, so a
- * slow disk moves the store back to the pool.
+ * piece's write holds the loop for milliseconds. A write held inline counts as busy time itself, and
+ * one that took long (a stalling disk) moves the store back to the pool for a while.
  */
 
 /** Pieces larger than this go to the pool: their hand-off is small against their bytes. */
@@ -21,7 +21,22 @@ export const INLINE_WRITE_BYTES_MAX = 4 * 1024 * 1024;
 /** The loop's busy share (over the last window) below which writes go inline. */
 export const INLINE_WRITE_BUSY_MAX = 0.5;
 
-/** Whether a write of `bytes` goes inline when the event loop was busy `busyShare` (0-1) of late. */
-export function writesInline(busyShare: number, bytes: number): boolean {
-  return bytes <= INLINE_WRITE_BYTES_MAX && busyShare < INLINE_WRITE_BUSY_MAX;
+/**
+ * An inline write that held the loop longer than this (a stalling disk) sends the store's writes to
+ * the pool for INLINE_WRITE_BACKOFF_MS: one such write barely moves the busy share, and a loop held
+ * for seconds would hold every socket of the process too.
+ */
+export const INLINE_WRITE_SLOW_MS = 20;
+export const INLINE_WRITE_BACKOFF_MS = 10_000;
+
+/**
+ * Whether a write of `bytes` goes inline when the event loop was busy `busyShare` (0-1) of late and
+ * the store's last slow inline write was `sinceSlowMs` ago (Infinity: none).
+ */
+export function writesInline(busyShare: number, bytes: number, sinceSlowMs = Infinity): boolean {
+  return (
+    bytes <= INLINE_WRITE_BYTES_MAX &&
+    busyShare < INLINE_WRITE_BUSY_MAX &&
+    sinceSlowMs >= INLINE_WRITE_BACKOFF_MS
+  );
 }

@@ -13,6 +13,7 @@ import type { Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { PieceStore } from '../../src/piece/store.js';
+import { INLINE_WRITE_BACKOFF_MS } from '../../src/piece/write-policy.js';
 import { tempDir, writeAt, writeSmallModel } from '../helpers/fixtures.js';
 
 let work: { path: string; cleanup: () => Promise<void> };
@@ -66,6 +67,49 @@ describe('PieceStore', () => {
       assert.equal(await store.read(1, back), good.length);
       assert.ok(back.equals(good));
       assert.equal(store.heldCount, 1);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('writes on an idle loop, and sends writes to the pool while the loop is busy or after a slow one', async () => {
+    const dirs = storeDirs('inline-writes');
+    let busy = 0;
+    let t = 0;
+    let step = 0;
+    const store = await PieceStore.open(map, {
+      dataDir: dirs.dataDir,
+      stateDir: dirs.stateDir,
+      inlineWrites: true,
+      loopBusy: () => busy,
+      clock: () => (t += step),
+    });
+    try {
+      const sizes = [0, 1, 2, 3].map((piece) => map.locate(piece).length);
+      assert.equal(await store.put(0, await pieceBytes(0)), 'stored');
+      assert.equal(store.inlineBytes, sizes[0], 'an idle loop writes inline');
+      busy = 0.9;
+      assert.equal(await store.put(1, await pieceBytes(1)), 'stored');
+      assert.equal(store.inlineBytes, sizes[0], 'a busy loop leaves the write to the pool');
+      // Every reading of the clock moves it on 30 ms: the next inline write takes longer than allowed.
+      busy = 0;
+      step = 30;
+      assert.equal(await store.put(2, await pieceBytes(2)), 'stored');
+      assert.equal(store.inlineBytes, (sizes[0] ?? 0) + (sizes[2] ?? 0));
+      step = 0;
+      assert.equal(await store.put(3, await pieceBytes(3)), 'stored');
+      assert.equal(store.inlineBytes, (sizes[0] ?? 0) + (sizes[2] ?? 0), 'after a slow write, the pool');
+      t += INLINE_WRITE_BACKOFF_MS;
+      assert.equal(await store.put(4, await pieceBytes(4)), 'stored');
+      assert.ok(
+        store.inlineBytes > (sizes[0] ?? 0) + (sizes[2] ?? 0),
+        'inline again once the back-off ended',
+      );
+      for (const piece of [0, 1, 2, 3, 4]) {
+        const back = Buffer.alloc(map.locate(piece).length);
+        await store.read(piece, back);
+        assert.ok(back.equals(await pieceBytes(piece)), `piece ${piece} reads back`);
+      }
     } finally {
       await store.close();
     }
