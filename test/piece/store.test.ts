@@ -91,9 +91,9 @@ describe('PieceStore', () => {
       busy = 0.9;
       assert.equal(await store.put(1, await pieceBytes(1)), 'stored');
       assert.equal(store.inlineBytes, sizes[0], 'a busy loop leaves the write to the pool');
-      // Every reading of the clock moves it on 30 ms: the next inline write takes longer than allowed.
+      // Every reading of the clock moves it on 300 ms: the next inline write takes longer than allowed.
       busy = 0;
-      step = 30;
+      step = 300;
       assert.equal(await store.put(2, await pieceBytes(2)), 'stored');
       assert.equal(store.inlineBytes, (sizes[0] ?? 0) + (sizes[2] ?? 0));
       step = 0;
