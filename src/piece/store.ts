@@ -269,7 +269,7 @@ export class PieceStore {
         ? verifyPiece(bytes, where)
         : digestMatches(bytes.length, options.digest, where);
     if (!valid) return 'corrupt';
-    const now = this.options.clock ?? performance.now.bind(performance);
+    const now = this.options.clock ?? monotonicMs;
     const inline =
       this.options.inlineWrites === true &&
       writesInline(this.busyShare(), bytes.length, now() - this.slowInlineAt);
@@ -715,6 +715,11 @@ async function checkSpace(map: PieceMap, options: PieceStoreOptions): Promise<vo
     ...(await freeSpaceAt(options.dataDir)),
     beyond: ' beyond the pieces already there',
   });
+}
+
+/** The clock that times inline writes (PieceStoreOptions.clock). */
+function monotonicMs(): number {
+  return performance.now();
 }
 
 /** Read-write, created when missing, never truncated on open. */
