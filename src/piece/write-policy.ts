@@ -8,8 +8,8 @@
  * promise), per piece, whatever its size. On the netns fan-out (8 agents on 2 cores, 512 KiB pieces
  * at 200 Mbit/s) the agents' event loops are idle most of the time, and writing inline took 7 % less
  * agent CPU on average, less in each of 4 alternating pairs against the pool, with the same T_last
- * (docs/measurements/2026-12-06-late.md). An O_DIRECT write of such a piece holds the loop for
- * ~0.1 ms there.
+ * (docs/measurements/2026-12-06-late.md). An O_DIRECT write of such a piece takes ~0.5 ms alone
+ * there, longer on a loaded machine (below).
  *
  * Why not always: a loop that is busy needs the overlap (a host reading at NIC speed), and a large
  * piece's write holds the loop for milliseconds. A write held inline counts as busy time itself, and
