@@ -84,8 +84,10 @@ import {
 import {
   optionsOrExitCode,
   originReadersFlags,
+  originServerLabel,
   parseOptions,
   resolveOriginServer,
+  type OriginServerKind,
   schedulingFlags,
   transferUnitFlags,
   UsageError,
@@ -245,12 +247,21 @@ function fileServerHasRateCap(): boolean {
   return existsSync(FILE_SERVER) && readFileSync(FILE_SERVER, 'utf8').includes('rate-mbps');
 }
 
-/** The origin's HTTP server over `<work>/origin`, in the services cgroup; its URL, PID and kind. */
+/** The origin's HTTP server over `<work>/origin`, in the services cgroup; its URL and PID. */
 async function startOrigin(
   context: Pick<LegContext, 'hostSet' | 'logDir' | 'services' | 'model' | 'work'>,
-  server: 'nginx' | 'weightcast',
+  server: OriginServerKind,
 ): Promise<{ url: string; pid: number | undefined }> {
   const { hostSet } = context;
+  const label = `origin ${originServerLabel(server)}`;
+  /** Spawned behind the gate, moved into the services cgroup, then released. */
+  const start = async (argv: readonly string[], mergeStderr: boolean): Promise<ChildProcess> => {
+    const child = spawnLogged(context, hostSet.origin.ns, argv, 'origin', { gate: true, mergeStderr });
+    await allReady([child], [label]);
+    await context.services?.adoptChildren([child]);
+    release(child);
+    return child;
+  };
   if (server === 'nginx') {
     const dir = join(context.work, 'nginx');
     await mkdir(join(dir, 'temp'), { recursive: true });
@@ -260,14 +271,8 @@ async function startOrigin(
       configPath,
       nginxOriginConfig({ address, port: NGINX_PORT, root: context.model.originRoot, dir }),
     );
-    const child = spawnLogged(context, hostSet.origin.ns, nginxArgv(configPath, dir), 'origin', {
-      gate: true,
-      mergeStderr: true,
-    });
-    await allReady([child], ['origin nginx']);
-    await context.services?.adoptChildren([child]);
-    release(child);
-    await waitListening(hostSet, hostSet.origin, NGINX_PORT, 'origin nginx');
+    const child = await start(nginxArgv(configPath, dir), true);
+    await waitListening(hostSet, hostSet.origin, NGINX_PORT, label);
     return { url: `http://${address}:${NGINX_PORT}/`, pid: child.pid };
   }
   const capped = hostSet.mode === 'loopback' && fileServerHasRateCap();
@@ -285,11 +290,8 @@ async function startOrigin(
     '0',
     ...(capped ? ['--rate-mbps', String(hostSet.origin.mbps)] : []),
   ];
-  const child = spawnLogged(context, hostSet.origin.ns, argv, 'origin', { gate: true });
-  await allReady([child], ['origin file server']);
-  await context.services?.adoptChildren([child]);
-  release(child);
-  const line = await firstMatch(child, /^\{.*"url".*\}$/, START_TIMEOUT_MS, 'origin file server');
+  const child = await start(argv, false);
+  const line = await firstMatch(child, /^\{.*"url".*\}$/, START_TIMEOUT_MS, label);
   return { url: (JSON.parse(line[0]) as { url: string }).url, pid: child.pid };
 }
 
@@ -800,7 +802,7 @@ interface Report {
   mtu: number;
   schedulerOn: Options['schedulerOn'];
   /** The origin's HTTP server (`--origin-server`, resolved). */
-  originServer: 'nginx' | 'weightcast';
+  originServer: OriginServerKind;
   /** When the swarm leg's pulls started (`--pull-start`). */
   pullStart: Options['pullStart'];
   /** Why CPU is read from /proc instead of per-leg cgroups, when it is. */
@@ -874,7 +876,7 @@ function printReport(report: Report): void {
         : '') +
       `, ` +
       `${setting.digest.slice(0, 19)}…) to ${setting.hosts} hosts; hosts ${setting.hostMbps} Mbit/s up and down, ` +
-      `origin ${setting.originMbps} Mbit/s (${report.originServer === 'nginx' ? 'nginx' : 'weightcast serve'}); scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
+      `origin ${setting.originMbps} Mbit/s (${originServerLabel(report.originServer)}); scheduler on ${report.schedulerOn === 'origin' ? "the origin's host" : 'a control machine'}`,
   );
   console.log(report.modeNote);
   const load = report.loadAverageAtStart;
@@ -1025,7 +1027,7 @@ async function main(argv: readonly string[]): Promise<number> {
           })
         : new LoopbackHosts(options.hosts, options.mbps, options.originMbps);
     const measurements: LegMeasurement[] = [];
-    let originServer: 'nginx' | 'weightcast' = 'weightcast';
+    let originServer: OriginServerKind = 'weightcast';
     try {
       const logDir = join(work, 'logs');
       await mkdir(logDir, { recursive: true });
@@ -1039,7 +1041,7 @@ async function main(argv: readonly string[]): Promise<number> {
       originServer = resolved.server;
       const origin = await startOrigin({ hostSet, logDir, services, model, work }, originServer);
       log(
-        `origin (${originServer === 'nginx' ? 'nginx' : 'weightcast serve'}) serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
+        `origin (${originServerLabel(originServer)}) serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
       );
       const context: LegContext = {
         hostSet,

@@ -35,6 +35,13 @@ export type SchedulerPlace = (typeof SCHEDULER_PLACES)[number];
  */
 export const ORIGIN_SERVERS = ['auto', 'nginx', 'weightcast'] as const;
 export type OriginServer = (typeof ORIGIN_SERVERS)[number];
+/** The server `auto` resolved to (resolveOriginServer). */
+export type OriginServerKind = Exclude<OriginServer, 'auto'>;
+
+/** How reports name the origin's server. */
+export function originServerLabel(server: OriginServerKind): string {
+  return server === 'nginx' ? 'nginx' : 'weightcast serve';
+}
 
 /**
  * When the swarm leg's pulls start: once their agent prints its listening line (the default), or at
@@ -284,7 +291,7 @@ export function resolveOriginServer(
   asked: OriginServer,
   mode: 'netns' | 'loopback',
   nginxInstalled: boolean,
-): { server: 'nginx' | 'weightcast' } | { problem: string } {
+): { server: OriginServerKind } | { problem: string } {
   if (asked === 'weightcast') return { server: 'weightcast' };
   if (asked === 'auto') return { server: mode === 'netns' && nginxInstalled ? 'nginx' : 'weightcast' };
   if (mode !== 'netns') return { problem: '--origin-server nginx needs the netns testbed' };

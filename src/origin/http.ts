@@ -506,7 +506,7 @@ export class HttpOrigin implements Origin {
       accepts: (head) => {
         // Called once a response head is in, before its body: the origin has answered.
         this.answered = true;
-        return rangeResponseProblem(call.path, head, start, end, () => '') === undefined;
+        return rangeResponseProblem(call.path, head, start, end) === undefined;
       },
       onBodyBytes: (count) => {
         if (progress.firstByteMs === undefined) firstByteLanded(progress);
@@ -744,7 +744,8 @@ function rangeResponseProblem(
   response: ResponseHead,
   start: number,
   end: number,
-  shownUrl: () => string,
+  /** The file's URL for a status error's message (built only then). */
+  shownUrl: () => string = () => path,
 ): WeightcastError | undefined {
   const length = end - start + 1;
   const contentLength = headerInteger(response.headers['content-length']);
