@@ -115,6 +115,8 @@ export const ORIGIN_CORRUPT_COPIES_MAX = PIECE_RETRIES_DEFAULT + 1;
 interface AssignedFetch extends Fetch {
   /** Looks at the transfer's progress until it is nearly done; cleared when it ends. */
   endingTimer?: ReturnType<typeof setTimeout>;
+  /** Its ending notice went out. */
+  announced?: boolean;
 }
 
 export class SwarmMember {
@@ -342,11 +344,11 @@ export class SwarmMember {
       }
       if (controller.signal.aborted || this.session.host !== host) return;
       const { outcome, bytesPerSecond } = result;
-      this.session.report({
-        transferId,
-        outcome,
-        ...(bytesPerSecond === undefined ? {} : { bytesPerSecond }),
-      });
+      // A verified transfer whose notice went out frees nothing the scheduler still waits for.
+      this.session.report(
+        { transferId, outcome, ...(bytesPerSecond === undefined ? {} : { bytesPerSecond }) },
+        outcome === 'verified' && fetch?.announced === true,
+      );
     } finally {
       clearTimeout(fetch?.endingTimer);
       this.session.forgetEnding(transferId);
@@ -381,6 +383,7 @@ export class SwarmMember {
       const elapsedMs = performance.now() - firstByteOf(fetch);
       const next = endingCheck(landed, fetch.length, elapsedMs, this.endingLeadMs());
       if (next === 'ending') {
+        fetch.announced = true;
         this.session.ending(transferId);
         return;
       }
