@@ -58,6 +58,8 @@ export class HashPool {
    * Copies [offset, offset + length) from a local `source` file to the same range of `dest` (which
    * must exist), on a worker: read once, hashed while in cache, written only when the digest equals
    * `expected` (or always when `expected` is undefined). The main thread never touches the bytes.
+   * With `direct`, the range's whole blocks are written with O_DIRECT where the worker can align
+   * its buffer (the native helper) and the kernel takes it; `directBytes` says how many were.
    */
   async copyPiece(
     source: string,
@@ -66,14 +68,23 @@ export class HashPool {
     length: number,
     expected: string | undefined,
     signal?: AbortSignal,
-  ): Promise<{ digest: string; written: boolean }> {
-    const response = await this.submit({ kind: 'copy', source, dest, offset, length, expected }, signal);
+    direct = false,
+  ): Promise<{ digest: string; written: boolean; directBytes: number; directRefused: boolean }> {
+    const response = await this.submit(
+      { kind: 'copy', source, dest, offset, length, expected, direct },
+      signal,
+    );
     if (!response.ok) {
       throw new WeightcastError('IO', `copying ${source} failed: ${response.error ?? 'unknown error'}`, {
         file: source,
       });
     }
-    return { digest: response.digests?.[0] ?? '', written: response.written === true };
+    return {
+      digest: response.digests?.[0] ?? '',
+      written: response.written === true,
+      directBytes: response.directBytes ?? 0,
+      directRefused: response.directRefused === true,
+    };
   }
 
   /**

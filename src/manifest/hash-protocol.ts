@@ -25,6 +25,8 @@ export type HashRequest =
       length: number;
       /** The digest the bytes must have to be written; undefined writes whatever was read. */
       expected: string | undefined;
+      /** Write the range's whole blocks with O_DIRECT, past the page cache (util/direct-write.ts). */
+      direct?: boolean;
     };
 
 export interface HashResponse {
@@ -34,6 +36,9 @@ export interface HashResponse {
   fileSha256?: string;
   /** Copy jobs: whether the bytes matched and were written. */
   written?: boolean;
+  /** Copy jobs: bytes written with O_DIRECT, and whether the kernel refused a direct write. */
+  directBytes?: number;
+  directRefused?: boolean;
   /** A transferred buffer comes back to its owner, so pools of buffers stay bounded. */
   buffer?: ArrayBuffer;
   error?: string;

@@ -30,9 +30,9 @@
 import { closeSync, constants, openSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { nativeHelper } from '../util/native-helper.js';
+import { DIRECT_ALIGNMENT, O_DIRECT, isDirectRefusal } from '../util/direct-write.js';
 
-/** Offsets and lengths that go direct are multiples of this (the largest common logical block size). */
-export const DIRECT_ALIGNMENT = 4096;
+export { DIRECT_ALIGNMENT, O_DIRECT, isDirectRefusal };
 /** malloc's alignment: the steps at which an aligned start is looked for. */
 const ADDRESS_STEP = 16;
 
@@ -56,9 +56,6 @@ export function directIoProbes(): number {
 
 /** undefined: not tried yet; null: this process cannot use direct I/O (see enableDirectIo). */
 let probe: Probe | null | undefined;
-
-/** The flag to open a file for direct I/O, or undefined where the platform has none. */
-export const O_DIRECT: number | undefined = (constants as { O_DIRECT?: number }).O_DIRECT;
 
 /**
  * Turns direct I/O on for this process, probing alignment against a file in `dir` (a directory on
@@ -111,11 +108,6 @@ export function directEligible(view: Uint8Array, position: number): boolean {
     view.length > 0 &&
     position % DIRECT_ALIGNMENT === 0
   );
-}
-
-/** Whether an error is the kernel refusing a direct transfer (alignment, or no O_DIRECT there). */
-export function isDirectRefusal(error: unknown): boolean {
-  return (error as NodeJS.ErrnoException | undefined)?.code === 'EINVAL';
 }
 
 /**

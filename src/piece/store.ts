@@ -318,10 +318,13 @@ export class PieceStore {
         where.length,
         expected,
         signal,
+        file.direct !== undefined && file.directRefused !== true,
       );
       digest = copied.digest;
-      // The worker writes through the page cache.
-      if (copied.written) file.buffered = true;
+      this.directWritten += copied.directBytes;
+      if (copied.directRefused) file.directRefused = true;
+      // What did not go direct went through the page cache.
+      if (copied.written && copied.directBytes < where.length) file.buffered = true;
       return copied.written && (learn || digestMatches(where.length, copied.digest, where))
         ? copied.digest
         : undefined;

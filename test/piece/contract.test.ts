@@ -18,6 +18,8 @@ import type { Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { PieceStore, type PieceStoreOptions } from '../../src/piece/store.js';
+import { DIRECT_ALIGNMENT, enableDirectIo } from '../../src/piece/direct-io.js';
+import { nativeHelper } from '../../src/util/native-helper.js';
 import { sameFiles, tempDir, writeAt, writeSmallModel } from '../helpers/fixtures.js';
 import { storePiece, type StoreWay, type StoreWriterJob } from '../helpers/store-writer.js';
 
@@ -93,24 +95,31 @@ function firstLines(child: ReturnType<typeof spawn>, count: number): Promise<num
   });
 }
 
-/** Every way a piece enters the store; `inlineWrites`: written on the event loop (write-policy.ts). */
-const CASES: Array<{ way: StoreWay; inlineWrites: boolean }> = [
+/**
+ * Every way a piece enters the store; `inlineWrites`: written on the event loop (write-policy.ts);
+ * `directIo`: a store with direct I/O (`direct` always has it; `copy` with it writes from the hash
+ * worker past the page cache).
+ */
+const CASES: Array<{ way: StoreWay; inlineWrites: boolean; directIo?: boolean }> = [
   { way: 'inline', inlineWrites: false },
   { way: 'digest', inlineWrites: false },
   { way: 'copy', inlineWrites: false },
+  { way: 'copy', inlineWrites: false, directIo: true },
   { way: 'direct', inlineWrites: false },
   { way: 'inline', inlineWrites: true },
   { way: 'direct', inlineWrites: true },
 ];
 
-for (const { way, inlineWrites } of CASES) {
-  const name = inlineWrites ? `${way}-written-on-the-loop` : way;
+for (const { way, inlineWrites, directIo } of CASES) {
+  const name = `${way}${directIo === true && way !== 'direct' ? '-direct' : ''}${inlineWrites ? '-written-on-the-loop' : ''}`;
   /** A store's folders for one test of this case, and its options (JSON, for the writer process). */
   const setUp = (test: string): { at: ReturnType<typeof dirs>; options: PieceStoreOptions } => {
     const at = dirs(`${test}-${name}`);
-    return { at, options: { ...at, hashThreads: 0, directIo: way === 'direct', inlineWrites } };
+    const direct = way === 'direct' || directIo === true;
+    return { at, options: { ...at, hashThreads: 0, directIo: direct, inlineWrites } };
   };
-  describe(`the piece layer, pieces stored ${way}${inlineWrites ? ', written on the event loop' : ''}`, () => {
+  const title = `${way}${directIo === true && way !== 'direct' ? ' with direct I/O' : ''}${inlineWrites ? ', written on the event loop' : ''}`;
+  describe(`the piece layer, pieces stored ${title}`, () => {
     it('writes and counts only verified bytes', async () => {
       const { options } = setUp('verified');
       // An idle loop: every small piece is written on it.
@@ -131,6 +140,18 @@ for (const { way, inlineWrites } of CASES) {
         const original = await readFile(join(source, path));
         assert.ok(back.equals(original.subarray(where.offset, where.offset + where.length)));
         assert.equal(store.inlineBytes, inlineWrites ? where.length : 0);
+        if (way === 'copy' && directIo === true) {
+          // The worker aligns its buffer by its address (the native helper) and the file system must
+          // take O_DIRECT: then the piece, whole blocks only, went past the page cache.
+          if (nativeHelper()?.addressModulo !== undefined && enableDirectIo(options.dataDir)) {
+            assert.equal(where.length % DIRECT_ALIGNMENT, 0);
+            assert.equal(store.directBytes, where.length);
+          } else {
+            console.log(
+              '# direct copies not checked: no native helper here, or no O_DIRECT on this file system',
+            );
+          }
+        }
       } finally {
         await store.close();
       }
