@@ -9,6 +9,12 @@ import { merkleRoot } from '../../src/manifest/merkle.js';
 import type { ServiceAccess } from '../../src/auth/transport.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
+import type { MemberIdentity } from '../../src/swarm/agent/scheduler-session.js';
+
+/** A member's identity in tests that never serve a peer: an address nothing listens on, fast links. */
+export function testIdentity(name: string): MemberIdentity {
+  return { name, url: 'http://127.0.0.1:9/', uploadBytesPerSecond: 1e8, downloadBytesPerSecond: 1e8 };
+}
 
 /** A one-file manifest of `pieces` 64 KiB pieces; `salt` makes different models of the same size. */
 export function fakeManifest(pieces: number, salt = 'c'): Manifest {

@@ -14,7 +14,7 @@ import { PieceMap } from '../../src/piece/piece-map.js';
 import type { MemberStore } from '../../src/swarm/agent/member-store.js';
 import { REPORT_DEFER_MS, SchedulerSession } from '../../src/swarm/agent/scheduler-session.js';
 import { FrameReader } from '../../src/swarm/wire/sync-channel.js';
-import { fakeManifest } from '../helpers/swarm.js';
+import { fakeManifest, testIdentity } from '../helpers/swarm.js';
 
 interface Received {
   atMs: number;
@@ -84,12 +84,7 @@ describe('deferred reports', () => {
       manifestBytes: encodeManifest(manifest),
       store,
       schedulerUrl: scheduler.url,
-      identity: {
-        name: 'a',
-        url: 'http://127.0.0.1:9/',
-        uploadBytesPerSecond: 1e8,
-        downloadBytesPerSecond: 1e8,
-      },
+      identity: testIdentity('a'),
       schedulerSilenceMs: 60_000,
       manifestInlineBytesMax: 1 << 20,
       signal: controller.signal,

@@ -30,6 +30,7 @@ import { Agent } from '../../src/swarm/agent/agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
+import { testIdentity } from '../helpers/swarm.js';
 
 const run = promisify(execFile);
 
@@ -412,12 +413,7 @@ describe('an origin read that fails with an error of no known kind', { timeout: 
       store,
       origin,
       schedulerUrl: scheduler.url,
-      identity: {
-        name: 'odd',
-        url: 'http://127.0.0.1:9/',
-        uploadBytesPerSecond: 1e8,
-        downloadBytesPerSecond: 1e8,
-      },
+      identity: testIdentity('odd'),
       downloadThrottle: new Throttle(undefined),
     });
     try {

@@ -26,7 +26,7 @@ import { freePort, sameFiles, tempDir, writeSmallModel } from '../helpers/fixtur
 import { startFileServer } from '../../src/origin/file-server.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { buildManifest } from '../../src/manifest/build.js';
-import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
+import { fakeManifest, registerBareHost, testIdentity } from '../helpers/swarm.js';
 
 async function until(check: () => boolean, ms: number): Promise<boolean> {
   for (const deadline = performance.now() + ms; performance.now() < deadline;) {
@@ -65,12 +65,7 @@ async function seedMember(
     store,
     origin,
     schedulerUrl,
-    identity: {
-      name: 'a',
-      url: 'http://127.0.0.1:9/',
-      uploadBytesPerSecond: 1e8,
-      downloadBytesPerSecond: 1e8,
-    },
+    identity: testIdentity('a'),
     downloadThrottle: new Throttle(undefined),
     ...(schedulerSilenceMs === undefined ? {} : { schedulerSilenceMs }),
     onEvent: (event) => {

@@ -9,7 +9,7 @@ import { PieceMap } from '../../src/piece/piece-map.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { Throttle } from '../../src/util/throttle.js';
 import { tempDir } from '../helpers/fixtures.js';
-import { fakeManifest, registerBareHost } from '../helpers/swarm.js';
+import { fakeManifest, registerBareHost, testIdentity } from '../helpers/swarm.js';
 import { parseMessage, registeredSchema } from '../../src/swarm/wire/protocol.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../../src/swarm/wire/sync-channel.js';
@@ -207,12 +207,7 @@ describe('a member registering with a real scheduler', () => {
             store,
             origin,
             schedulerUrl: scheduler.url,
-            identity: {
-              name: 'a',
-              url: 'http://127.0.0.1:9/',
-              uploadBytesPerSecond: 1e8,
-              downloadBytesPerSecond: 1e8,
-            },
+            identity: testIdentity('a'),
             downloadThrottle: new Throttle(undefined),
             ...(inlineMax === undefined ? {} : { manifestInlineBytesMax: inlineMax }),
             onEvent: (event) => {
