@@ -29,8 +29,7 @@
 
 import { closeSync, constants, openSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { nativeHelper } from '../util/native-helper.js';
-import { DIRECT_ALIGNMENT, O_DIRECT, isDirectRefusal } from '../util/direct-write.js';
+import { DIRECT_ALIGNMENT, O_DIRECT, addressAlignedStart, isDirectRefusal } from '../util/direct-write.js';
 
 export { DIRECT_ALIGNMENT, O_DIRECT, isDirectRefusal };
 /** malloc's alignment: the steps at which an aligned start is looked for. */
@@ -90,12 +89,6 @@ export function pieceBuffer(length: number): Buffer {
   if (start === undefined) return padded.subarray(0, length);
   alignedStarts.set(padded.buffer, padded.byteOffset + start);
   return padded.subarray(start, start + length);
-}
-
-/** The offset in `buffer` of its first DIRECT_ALIGNMENT-aligned byte, from its address (native helper). */
-function addressAlignedStart(buffer: Buffer): number | undefined {
-  const modulo = nativeHelper()?.addressModulo?.(buffer, DIRECT_ALIGNMENT);
-  return modulo === undefined || modulo < 0 ? undefined : (DIRECT_ALIGNMENT - modulo) % DIRECT_ALIGNMENT;
 }
 
 /** Whether `view` at file offset `position` may be written or read with O_DIRECT. */

@@ -6,10 +6,10 @@
  * under its final name is always complete and verified, after a crash too.
  */
 
-import { writeSync } from 'node:fs';
 import { mkdir, open, rename, stat, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { WeightcastError } from '../errors.js';
+import { writeAllSync } from '../util/direct-write.js';
 import { pathWithoutSymlinks } from '../util/no-symlinks.js';
 
 /**
@@ -103,11 +103,6 @@ export async function writeFully(handle: FileHandle, bytes: Uint8Array, position
  * EIO) are thrown, and so reject the caller's promise as the pool's would.
  */
 export function writeFullySync(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
-  let done = 0;
-  while (done < bytes.length) {
-    const written = writeSync(handle.fd, bytes, done, bytes.length - done, position + done);
-    if (written <= 0) throw new WeightcastError('IO', 'write made no progress');
-    done += written;
-  }
+  writeAllSync(handle.fd, bytes, 0, bytes.length, position);
   return Promise.resolve();
 }

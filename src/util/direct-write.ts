@@ -7,6 +7,7 @@
  */
 
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
+import { WeightcastError } from '../errors.js';
 import { nativeHelper } from './native-helper.js';
 
 /** The flag to open a file for direct I/O, or undefined where the platform has none. */
@@ -27,10 +28,36 @@ export function isDirectRefusal(error: unknown): boolean {
 export function addressAlignedBuffer(length: number): Buffer | undefined {
   if (O_DIRECT === undefined) return undefined;
   const padded = Buffer.allocUnsafeSlow(length + DIRECT_ALIGNMENT);
-  const modulo = nativeHelper()?.addressModulo?.(padded, DIRECT_ALIGNMENT);
-  if (modulo === undefined || modulo < 0) return undefined;
-  const start = (DIRECT_ALIGNMENT - modulo) % DIRECT_ALIGNMENT;
-  return padded.subarray(start, start + length);
+  const start = addressAlignedStart(padded);
+  return start === undefined ? undefined : padded.subarray(start, start + length);
+}
+
+/** The offset in `buffer` of its first DIRECT_ALIGNMENT-aligned byte, from its address (native helper). */
+export function addressAlignedStart(buffer: Uint8Array): number | undefined {
+  const modulo = nativeHelper()?.addressModulo?.(buffer, DIRECT_ALIGNMENT);
+  return modulo === undefined || modulo < 0 ? undefined : (DIRECT_ALIGNMENT - modulo) % DIRECT_ALIGNMENT;
+}
+
+/**
+ * Writes bytes [from, to) of `bytes` at `position + from` of `fd` with positioned writes until all
+ * are written, or, with `whileAligned`, until a short write leaves an unaligned remainder. A write
+ * that makes no progress is an IO error, never a loop. Returns how far it got.
+ */
+export function writeAllSync(
+  fd: number,
+  bytes: Uint8Array,
+  from: number,
+  to: number,
+  position: number,
+  whileAligned = false,
+): number {
+  let done = from;
+  while (done < to && (!whileAligned || done % DIRECT_ALIGNMENT === 0)) {
+    const written = writeSync(fd, bytes, done, to - done, position + done);
+    if (written <= 0) throw new WeightcastError('IO', 'write made no progress');
+    done += written;
+  }
+  return done;
 }
 
 /** How a range went to disk: bytes past the page cache, and whether the kernel refused direct I/O. */
@@ -59,9 +86,7 @@ export function writeRangeSync(
       const fd = openSync(path, constants.O_WRONLY | O_DIRECT);
       try {
         // A short direct write leaves an aligned remainder only by chance: the rest then goes buffered.
-        while (done < head && done % DIRECT_ALIGNMENT === 0) {
-          done += writeSync(fd, bytes, done, head - done, position + done);
-        }
+        done = writeAllSync(fd, bytes, 0, head, position, true);
       } finally {
         closeSync(fd);
       }
@@ -74,7 +99,7 @@ export function writeRangeSync(
   if (done < bytes.length) {
     const fd = openSync(path, 'r+');
     try {
-      while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done, position + done);
+      writeAllSync(fd, bytes, done, bytes.length, position);
     } finally {
       closeSync(fd);
     }
