@@ -7,7 +7,7 @@
  */
 
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -35,6 +35,24 @@ let scheduler: SchedulerServer;
 const nodes: Array<{ seed: SeedNode; agent: Agent }> = [];
 let manifest: Manifest;
 let hex: string;
+/** A model of one piece larger than loopback sockets can buffer, for the readers that never read. */
+let bigManifest: Manifest;
+let bigHex: string;
+
+/**
+ * Bytes a connection's kernel buffers can hold at most on this machine: the sender's send buffer and
+ * the receiver's receive buffer at their ceilings (tcp_wmem and tcp_rmem, third fields). A piece
+ * larger than that cannot be taken whole by a reader that stops reading, whatever the kernel has
+ * learnt of loopback connections before (its cached TCP metrics let windows open at once).
+ */
+async function socketBufferCeiling(): Promise<number> {
+  const ceiling = async (name: string): Promise<number> => {
+    const text = await readFile(`/proc/sys/net/ipv4/${name}`, 'utf8').catch(() => '');
+    const value = Number(text.trim().split(/\s+/)[2]);
+    return Number.isSafeInteger(value) && value > 0 ? value : 32 * 1024 * 1024;
+  };
+  return (await ceiling('tcp_wmem')) + (await ceiling('tcp_rmem'));
+}
 
 before(async () => {
   work = await tempDir('seed-limits');
@@ -72,6 +90,25 @@ before(async () => {
   } finally {
     await origin.close();
   }
+  // One piece of whole chunks, more than the sockets can buffer (at most 128 MiB).
+  const chunks = Math.min(128, Math.ceil((await socketBufferCeiling()) / UPLOAD_CHUNK_BYTES) + 4);
+  const bigDir = join(work.path, 'big-model');
+  await mkdir(bigDir);
+  await writeFile(join(bigDir, 'big.bin'), Buffer.alloc(chunks * UPLOAD_CHUNK_BYTES, 'big'));
+  const bigOrigin = new LocalOrigin(bigDir);
+  try {
+    bigManifest = await buildManifest(bigOrigin, { pieceSize: chunks * UPLOAD_CHUNK_BYTES });
+    bigHex = manifestDigest(bigManifest).slice('sha256:'.length);
+    await putModel({
+      schedulerUrl: scheduler.url,
+      origin: bigOrigin,
+      manifest: bigManifest,
+      policy: 'round-robin',
+      replicas: 1,
+    });
+  } finally {
+    await bigOrigin.close();
+  }
 });
 
 after(async () => {
@@ -89,9 +126,10 @@ function node(index: number): { seed: SeedNode; agent: Agent } {
 
 describe('seed node reads', () => {
   it('40 readers that never read: slots before buffers, one chunk per slot', async () => {
-    // A whole piece of four chunks, on the node the catalog gives it to.
-    const snapshot = await new CatalogClient(scheduler.url).requireSnapshot(hex);
-    const entry = snapshot.pieces.find((candidate) => candidate.sizeBytes === manifest.pieceSize);
+    // The big model's one piece, on the node the catalog gives it to: a reader that stops reading
+    // holds its slot, since its sockets cannot take the whole piece.
+    const snapshot = await new CatalogClient(scheduler.url).requireSnapshot(bigHex);
+    const entry = snapshot.pieces.find((candidate) => candidate.sizeBytes === bigManifest.pieceSize);
     assert.ok(entry !== undefined, 'the test needs a whole piece');
     const piece = entry.index;
     const { seed, agent } = node(entry.holders[0] === 'a' ? 0 : 1);
@@ -107,7 +145,7 @@ describe('seed node reads', () => {
           answers[index] = chunk.subarray(0, 12).toString('latin1');
           socket.pause(); // a reader that stops reading holds its slot
         });
-        socket.write(`GET /v1/seed/models/${hex}/pieces/${piece} HTTP/1.1\r\nHost: x\r\n\r\n`);
+        socket.write(`GET /v1/seed/models/${bigHex}/pieces/${piece} HTTP/1.1\r\nHost: x\r\n\r\n`);
         sockets.push(socket);
       }
       await waitFor(() => answers.every((answer) => answer.length > 0));
