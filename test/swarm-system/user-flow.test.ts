@@ -474,3 +474,59 @@ describe('pull through the agent when a copy or the manifest is wrong', { timeou
     );
   });
 });
+
+describe('a model that stopped for good', () => {
+  it('is not resumed when the agent restarts (no origin request), and a join takes it up again', async () => {
+    // An origin that answers 404 to everything, counting what it is asked.
+    let asked = 0;
+    const gone = createServer((_req, res) => {
+      asked++;
+      res.writeHead(404, { 'content-length': '0' }).end();
+    });
+    await new Promise<void>((resolve) => gone.listen(0, '127.0.0.1', resolve));
+    const goneUrl = `http://127.0.0.1:${(gone.address() as AddressInfo).port}/`;
+    const cacheDir = join(work.path, 'stopped-for-good');
+    try {
+      const first = await Agent.start({ schedulerUrl: scheduler.url, cacheDir });
+      try {
+        await first.join({ source: goneUrl, manifest });
+        await assert.rejects(first.whenComplete(hex), { code: 'ORIGIN_NOT_FOUND' });
+      } finally {
+        await first.close();
+      }
+      assert.ok(asked > 0);
+      const job = JSON.parse(await readFile(join(cacheDir, hex, 'job.json'), 'utf8')) as {
+        stopped?: { code: string };
+      };
+      assert.equal(job.stopped?.code, 'ORIGIN_NOT_FOUND');
+
+      const askedBefore = asked;
+      const events: Array<{ type: string; code?: string }> = [];
+      const second = await Agent.start({
+        schedulerUrl: scheduler.url,
+        cacheDir,
+        onEvent: (event) => events.push(event),
+      });
+      try {
+        assert.deepEqual(
+          events.filter((event) => event.type === 'not-resumed').map((event) => event.code),
+          ['ORIGIN_NOT_FOUND'],
+        );
+        assert.throws(() => second.status(hex), { code: 'SWARM_UNKNOWN_MODEL' });
+        await sleep(200);
+        assert.equal(asked, askedBefore, 'the restarted agent asked the origin again');
+        // The user fixes the source and pulls again: the model is joined afresh and its job is plain.
+        await second.join({ source: origin.url, manifest });
+        await second.whenComplete(hex);
+        const rejoined = JSON.parse(await readFile(join(cacheDir, hex, 'job.json'), 'utf8')) as {
+          stopped?: unknown;
+        };
+        assert.equal(rejoined.stopped, undefined);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await new Promise<void>((resolve) => gone.close(() => resolve()));
+    }
+  });
+});

@@ -210,5 +210,10 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'resume-failed':
       io.stdout(`model ${model}: could not resume from the cache: ${event.reason}\n`);
       break;
+    case 'not-resumed':
+      io.stdout(
+        `model ${model}: not resumed: it stopped with ${event.code}: ${event.reason}; a pull for it joins it again\n`,
+      );
+      break;
   }
 }

@@ -20,6 +20,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
+import { unlinkSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, readdir, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -144,6 +145,8 @@ export type AgentEvent =
   | { type: 'joined'; model: string; pieces: number; held: number }
   | ({ model: string } & MemberEvent)
   | { type: 'resume-failed'; model: string; reason: string }
+  /** A model that had stopped for good (`code`) is not resumed at start; a pull for it joins it again. */
+  | { type: 'not-resumed'; model: string; code: string; reason: string }
   | { type: 'removed'; model: string; path: string }
   | { type: 'loopback-unavailable'; reason: string }
   | ({ type: 'origin-retry'; model: string } & Omit<RetryEvent, 'error'>);
@@ -230,8 +233,15 @@ const joinSchema = s.object({
   to: s.optional(absolutePath),
 });
 
-/** What a model's folder in the cache records of its join, to resume it after a restart. */
-const savedJobSchema = s.object({ source: s.string(), to: s.optional(absolutePath) });
+/**
+ * What a model's folder in the cache records of its join, to resume it after a restart; `stopped`
+ * once the model stopped for good (the origin answered 404, a full disk, wrong bytes from the origin).
+ */
+const savedJobSchema = s.object({
+  source: s.string(),
+  to: s.optional(absolutePath),
+  stopped: s.optional(s.object({ code: s.string({ max: 64 }), message: s.string({ max: 4096 }) })),
+});
 const savedNameSchema = s.object({ name: s.string({ min: 1 }) });
 
 /** Where a join with a destination keeps its partial files: inside the destination, one rename away. */
@@ -535,6 +545,7 @@ export class Agent {
         ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
         recentBudget: this.recentBudget,
         onEvent: (event) => {
+          if (event.type === 'failed' && options.store === undefined) recordStopped(modelDir, job, event);
           if (pending === undefined) this.options.onEvent?.({ model: hex, ...event });
           else pending.push(event);
         },
@@ -625,6 +636,17 @@ export class Agent {
       const dir = join(this.options.cacheDir, name);
       try {
         const job = savedJobSchema.check(JSON.parse(await readFile(join(dir, 'job.json'), 'utf8')), ['job']);
+        if (job.stopped !== undefined) {
+          // Resuming would only fail again the same way (and ask the origin again at every start);
+          // the pieces it verified stay, for the pull that asks for the model next.
+          this.options.onEvent?.({
+            type: 'not-resumed',
+            model: name,
+            code: job.stopped.code,
+            reason: job.stopped.message,
+          });
+          continue;
+        }
         const manifestPath = join(dir, 'manifest.json');
         const manifest = parseManifest(await readFile(manifestPath), manifestPath);
         if (manifestDigest(manifest) !== `sha256:${name}`)
@@ -1100,4 +1122,31 @@ function parseRange(
   const end = last === '' ? size : Math.min(size, Number(last) + 1);
   if (start >= size || end <= start) return 'invalid';
   return { start, end };
+}
+
+/**
+ * Marks a model's job as stopped for good, so a restarted agent does not resume it (a join rewrites
+ * the job). Synchronous, so a join that follows at once writes its job after this; a file that cannot
+ * be written (the disk that stopped the model is full) is removed instead, which also keeps the
+ * model from being resumed.
+ */
+function recordStopped(
+  modelDir: string,
+  job: { source: string; to?: string },
+  failure: { code: string; reason: string },
+): void {
+  const path = join(modelDir, 'job.json');
+  try {
+    writeFileSync(
+      path,
+      JSON.stringify({ ...job, stopped: { code: failure.code, message: failure.reason.slice(0, 4096) } }) +
+        '\n',
+    );
+  } catch {
+    try {
+      unlinkSync(path);
+    } catch {
+      // Nothing left to do: the next start says it could not resume the model.
+    }
+  }
 }
