@@ -54,7 +54,7 @@ import {
 } from '../src/swarm/scheduler/transfer-units.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
-import { bittorrentLeg, chainLeg } from './netns/baseline-legs.js';
+import { bittorrentLeg, chainLeg, nodeChainLeg } from './netns/baseline-legs.js';
 import { cgroupProblem, CgroupTree } from './netns/cgroup.js';
 import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit } from './netns/children.js';
 import { NGINX_PORT, nginxArgv, nginxOriginConfig, userPullArgv } from './netns/commands.js';
@@ -812,7 +812,8 @@ interface Report {
 
 function predictionFor(leg: string, report: Report): { seconds: number; source: string } | undefined {
   if (leg === 'naive') return { seconds: report.naiveFluidSeconds, source: 'fluid N*S/U' };
-  if (leg === 'chain') return { seconds: report.chainFluidSeconds, source: 'fluid S/B' };
+  if (leg === 'chain' || leg === 'node-chain')
+    return { seconds: report.chainFluidSeconds, source: 'fluid S/B' };
   if (leg.startsWith('swarm') && typeof report.sim !== 'string')
     return { seconds: report.sim.tLastSeconds, source: 'sim' };
   return undefined;
@@ -937,6 +938,12 @@ function printNotes(report: Report): void {
   if (names.has('chain')) {
     console.log(
       'chain: socat + tee relay origin -> host1 -> ... -> hostN; a host is done when tar has extracted.',
+    );
+  }
+  if (names.has('node-chain')) {
+    console.log(
+      'node-chain: the same relay with a minimal Node.js process per host (bench/node-relay.ts: reads into reused ' +
+        "1 MiB buffers, SHA-256 per piece, a positioned write, the same buffer forwarded); a host is done when every piece matched. What Node itself costs at the links' pace.",
     );
   }
   if (report.mode === 'netns') {
@@ -1064,6 +1071,7 @@ async function main(argv: readonly string[]): Promise<number> {
         'swarm-warm': () => swarmWarmLeg(context),
         bittorrent: async () => [await bittorrentLeg(context)],
         chain: async () => [await chainLeg(context)],
+        'node-chain': async () => [await nodeChainLeg(context)],
       };
       for (const leg of options.legs) measurements.push(...(await legs[leg]()));
       if (options.keep && process.env['WEIGHTCAST_TRACE_PIECES'] === '1') {

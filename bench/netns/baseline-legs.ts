@@ -8,15 +8,20 @@
  * - chain: the testbed's ceiling. A fixed pipelined relay origin -> host1 -> ... -> hostN of socat,
  *   tee and tar: each host writes the stream to disk and forwards every byte as it arrives; no
  *   verification, no scheduling.
+ * - node-chain: the same relay with a minimal Node.js process on every host (bench/node-relay.ts):
+ *   each read lands in a reused buffer, is hashed into its piece's SHA-256, written and forwarded.
+ *   What Node itself costs to move, verify and store the bytes at the links' pace, with no design
+ *   of ours around it: the floor under the agents' CPU.
  *
- * Both need the netns testbed (on loopback nothing would cap them) and Debian's tools; a leg whose
- * tools are missing is skipped with the packages to install.
+ * All need the netns testbed (on loopback nothing would cap them); the first two Debian's tools, and
+ * a leg whose tools are missing is skipped with the packages to install.
  */
 
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   aria2cArgv,
   BASELINE_INSTALL_HINT,
@@ -29,6 +34,10 @@ import {
   chainOriginArgv,
   completionHookScript,
   mktorrentArgv,
+  NODE_CHAIN_PORT,
+  NODE_CHAIN_RECEIVED_LINE,
+  nodeChainHostArgv,
+  nodeChainOriginArgv,
   opentrackerArgv,
   parseInfoHash,
   parseScrapeSeeds,
@@ -249,6 +258,80 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
     const deadline = started + legTimeoutMs(context);
     const labels = hostSet.hosts.map((host) => host.label);
     runs = await hostsPrint(hostChildren, new RegExp(`^${CHAIN_RECEIVED_LINE}$`), started, deadline, labels);
+    await meter.stop();
+  } catch (error) {
+    runs = failedRuns(leg, hostSet.hosts.length, error);
+  } finally {
+    await stopAll(children);
+    await meter.close();
+  }
+  return verifyAndMeasure(context, meter, leg, runs, dirs, dir);
+}
+
+/** The node-chain's program, beside this directory in the build (dist/bench/node-relay.js). */
+const NODE_RELAY = fileURLToPath(new URL('../node-relay.js', import.meta.url));
+
+export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'node-chain';
+  if (context.hostSet.mode !== 'netns') return skipped(leg, 'needs the netns testbed (root and ip netns)');
+  const { hostSet, model, work } = context;
+  const dir = join(work, leg);
+  const dirs = hostSet.hosts.map((host) => join(dir, host.label));
+  const meter = await LegMeter.open(context, leg);
+  const children: ChildProcess[] = [];
+  let runs: HostRun[] = [];
+  try {
+    await Promise.all(dirs.map((hostDir) => mkdir(hostDir, { recursive: true })));
+    // The origin listens first; each host listens for its successor before the next one starts, and
+    // connects to its predecessor once its successor is there, so the chain forms from the last host.
+    const sender = spawnLogged(
+      context,
+      hostSet.origin.ns,
+      nodeChainOriginArgv({
+        node: context.node,
+        relay: NODE_RELAY,
+        modelDir: model.dir,
+        manifestPath: model.manifestPath,
+        address: hostSet.origin.address,
+      }),
+      'node-chain-origin',
+    );
+    children.push(sender);
+    await meter.adopt([sender], 'sender');
+    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, 'node-chain origin');
+    const hostChildren: ChildProcess[] = [];
+    for (const [index, host] of hostSet.hosts.entries()) {
+      const upstream = index === 0 ? hostSet.origin : hostSet.hosts[index - 1];
+      const last = index === hostSet.hosts.length - 1;
+      const argv = nodeChainHostArgv({
+        node: context.node,
+        relay: NODE_RELAY,
+        dir: dirs[index] ?? '',
+        manifestPath: model.manifestPath,
+        upstreamAddress: upstream?.address ?? '',
+        listenAddress: last ? undefined : host.address,
+      });
+      hostChildren.push(
+        await startService(context, meter, children, host.ns, argv, `node-chain-${host.label}`, {
+          role: 'relays',
+        }),
+      );
+      if (!last) await waitListening(hostSet, host, NODE_CHAIN_PORT, `node-chain on ${host.label}`);
+    }
+    // The origin says ready once host1 is connected, which it is only once the whole chain is.
+    await allReady([sender], ['node-chain origin']);
+    log(`${leg}: origin -> ${hostSet.hosts.map((host) => host.label).join(' -> ')} (a Node.js relay each)`);
+    const started = await meter.start();
+    release(sender);
+    const deadline = started + legTimeoutMs(context);
+    const labels = hostSet.hosts.map((host) => host.label);
+    runs = await hostsPrint(
+      hostChildren,
+      new RegExp(`^${NODE_CHAIN_RECEIVED_LINE}$`),
+      started,
+      deadline,
+      labels,
+    );
     await meter.stop();
   } catch (error) {
     runs = failedRuns(leg, hostSet.hosts.length, error);

@@ -14,6 +14,7 @@ export const CHAIN_TOOLS = ['socat', 'tee', 'tar'] as const;
 export const TRACKER_PORT = 6969;
 export const BITTORRENT_PORT = 6881;
 export const CHAIN_PORT = 7300;
+export const NODE_CHAIN_PORT = 7301;
 export const NGINX_PORT = 8080;
 
 /** The Debian package that provides the origin's nginx (`--origin-server`), named when it is missing. */
@@ -23,6 +24,8 @@ export const NGINX_INSTALL_HINT = 'apt-get install nginx-light';
 export const BITTORRENT_COMPLETE_LINE = 'bittorrent: complete';
 /** What a chain host prints once its copy is extracted. */
 export const CHAIN_RECEIVED_LINE = 'chain: received';
+/** What a node-chain host prints once every byte arrived and every piece matched (bench/node-relay.ts). */
+export const NODE_CHAIN_RECEIVED_LINE = 'node-chain: received';
 /** mktorrent's piece length is a power of two between these exponents (32 KiB to 256 MiB). */
 const PIECE_EXPONENT_MIN = 15;
 const PIECE_EXPONENT_MAX = 28;
@@ -307,4 +310,54 @@ export function ssConnectionsArgv(port: number): string[] {
 /** The smoothed round-trip times (ms) in `ss -i` output, one per connection. */
 export function parseSsRttsMs(ssOutput: string): number[] {
   return [...ssOutput.matchAll(/\brtt:([\d.]+)\//g)].map((match) => Number(match[1]));
+}
+
+/**
+ * The node-chain leg's origin (bench/node-relay.ts): it listens for host1, says `ready` once host1 is
+ * connected, and sends the model's files in the manifest's order when its stdin says go.
+ */
+export function nodeChainOriginArgv(input: {
+  node: string;
+  relay: string;
+  modelDir: string;
+  manifestPath: string;
+  address: string;
+}): string[] {
+  const { node, relay, modelDir, manifestPath, address } = input;
+  return [
+    node,
+    relay,
+    '--origin',
+    modelDir,
+    '--manifest',
+    manifestPath,
+    '--listen',
+    `${address}:${NODE_CHAIN_PORT}`,
+  ];
+}
+
+/**
+ * A node-chain host: it waits for its successor to connect (unless it is the last), then connects to
+ * its predecessor and relays, hashes and stores what arrives (bench/node-relay.ts).
+ */
+export function nodeChainHostArgv(input: {
+  node: string;
+  relay: string;
+  dir: string;
+  manifestPath: string;
+  upstreamAddress: string;
+  listenAddress: string | undefined;
+}): string[] {
+  const { node, relay, dir, manifestPath, upstreamAddress, listenAddress } = input;
+  return [
+    node,
+    relay,
+    '--relay',
+    dir,
+    '--manifest',
+    manifestPath,
+    '--upstream',
+    `${upstreamAddress}:${NODE_CHAIN_PORT}`,
+    ...(listenAddress === undefined ? [] : ['--listen', `${listenAddress}:${NODE_CHAIN_PORT}`]),
+  ];
 }

@@ -19,9 +19,9 @@ const MiB = 1024 * 1024;
  * `swarm-warm` is the older measurement (long-running agents, warmed up, asked through their local
  * API, then `pull --agent` copies out); `bittorrent` and `chain` are the baseline and the ceiling.
  */
-export const LEGS = ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain'] as const;
+export const LEGS = ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain', 'node-chain'] as const;
 export type Leg = (typeof LEGS)[number];
-export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'chain'];
+export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'chain', 'node-chain'];
 
 /** Where the scheduler runs: on the origin's host (as it usually is deployed) or a machine of its own. */
 export const SCHEDULER_PLACES = ['origin', 'control'] as const;

@@ -253,6 +253,14 @@ export function comparisonLines(legs: readonly LegSummary[], simSeconds: number 
           `${formatOptionalNumber(cpuRatio, 2)} x the BitTorrent leg's (goal <= 1)`,
       );
     }
+    const floor = byName.get('node-chain');
+    if (floor?.userCpuPerGiB !== undefined && swarm.userCpuPerGiB !== undefined) {
+      lines.push(
+        `${name} vs node-chain: user CPU-s/GiB ${swarm.userCpuPerGiB.toFixed(2)} against ${floor.userCpuPerGiB.toFixed(2)} ` +
+          `for a minimal Node.js relay at the same pace (${(swarm.userCpuPerGiB / floor.userCpuPerGiB).toFixed(1)} x; ` +
+          `the relay is the floor for a Node.js process here: a goal below it is out of reach for any design in Node)`,
+      );
+    }
     const chain = byName.get('chain');
     if (chain?.tLastSeconds !== undefined) {
       lines.push(

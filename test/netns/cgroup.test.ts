@@ -69,11 +69,17 @@ test('CPU per GiB delivered, the chain bound and the comparison with the baselin
     kernelCpuPerGiB: cpuPerGiB / 2,
   });
   const lines = comparisonLines(
-    [leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6), leg('chain', 9.5, 1, 0.95)],
+    [
+      leg('swarm', 10, 6, 0.9),
+      leg('bittorrent', 15, 4, 0.6),
+      leg('chain', 9.5, 1, 0.95),
+      leg('node-chain', 9.5, 2, 0.95),
+    ],
     9,
   );
   assert.deepEqual(lines, [
     "swarm vs bittorrent: T_bt / T_swarm = 1.50 (goal >= 1.4): met; CPU-s/GiB (user + kernel) 1.50 x the BitTorrent leg's (goal <= 1)",
+    'swarm vs node-chain: user CPU-s/GiB 3.00 against 1.00 for a minimal Node.js relay at the same pace (3.0 x; the relay is the floor for a Node.js process here: a goal below it is out of reach for any design in Node)',
     'swarm vs chain: T_chain / T_swarm = 0.95 (the chain is the ceiling: efficiency 0.900 against its 0.950)',
     'swarm T_last vs sim: +11.1 %',
   ]);

@@ -25,7 +25,7 @@ test("by default the fan-out measures the user's flow: MTU 1500, scheduler besid
   assert.equal(options.mtu, MTU_DEFAULT);
   assert.equal(options.mtu, 1500);
   assert.equal(options.schedulerOn, 'origin');
-  assert.deepEqual(options.legs, ['naive', 'swarm', 'bittorrent', 'chain']);
+  assert.deepEqual(options.legs, ['naive', 'swarm', 'bittorrent', 'chain', 'node-chain']);
   assert.deepEqual(LEGS_DEFAULT, options.legs);
   assert.equal(options.hosts, 8);
   assert.equal(options.mbps, 200);
@@ -38,7 +38,7 @@ test('--mtu 9000, --scheduler-on control and --warm are options', () => {
   const options = parse('--mtu', '9000', '--scheduler-on', 'control', '--warm', '--mbps', '100');
   assert.equal(options.mtu, 9000);
   assert.equal(options.schedulerOn, 'control');
-  assert.deepEqual(options.legs, ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain']);
+  assert.deepEqual(options.legs, ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain', 'node-chain']);
   assert.equal(options.originMbps, 100);
   assert.equal(parse('--pull-start', 'launch').pullStart, 'launch');
 });

@@ -1,0 +1,123 @@
+/**
+ * The node-chain leg's relay (bench/node-relay.ts) on loopback: real processes, an origin and two
+ * hosts in a chain. Every host ends with the model's files byte-identical, and a host whose bytes do
+ * not match the manifest says so and exits 1 instead of claiming the copy.
+ */
+
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cp, readFile, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { NODE_CHAIN_RECEIVED_LINE } from '../../bench/netns/commands.js';
+import { freePort, sameFiles, smallModelWithManifest, tempDir } from '../helpers/fixtures.js';
+
+const RELAY = join(resolve(fileURLToPath(import.meta.url), '../../..'), 'bench', 'node-relay.js');
+const EXIT_WAIT_MS = 30_000;
+
+let work: { path: string; cleanup: () => Promise<void> };
+let model: Awaited<ReturnType<typeof smallModelWithManifest>>;
+
+before(async () => {
+  work = await tempDir('node-relay');
+  model = await smallModelWithManifest(work.path);
+});
+
+after(() => work.cleanup());
+
+interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function start(args: string[]): { child: ChildProcess; done: Promise<Ran> } {
+  const child = spawn(process.execPath, [RELAY, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  // A process that ended before its stdin was written to is told by its exit, not by EPIPE here.
+  child.stdin?.on('error', () => undefined);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const done = new Promise<Ran>((resolveRun, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`node-relay ${args.join(' ')} did not exit: ${stderr}`));
+    }, EXIT_WAIT_MS);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolveRun({ code, stdout, stderr });
+    });
+  });
+  return { child, done };
+}
+
+/** origin (serving `originDir`) -> host1 -> host2 on loopback; the three processes' ends. */
+async function chain(originDir: string, label: string): Promise<{ runs: Ran[]; dirs: string[] }> {
+  const { manifestPath } = model;
+  const [originPort, firstPort] = [await freePort(), await freePort()];
+  const dirs = [join(work.path, `${label}-1`), join(work.path, `${label}-2`)];
+  const origin = start([
+    '--origin',
+    originDir,
+    '--manifest',
+    manifestPath,
+    '--listen',
+    `127.0.0.1:${originPort}`,
+  ]);
+  const first = start([
+    '--relay',
+    dirs[0] ?? '',
+    '--manifest',
+    manifestPath,
+    '--upstream',
+    `127.0.0.1:${originPort}`,
+    '--listen',
+    `127.0.0.1:${firstPort}`,
+  ]);
+  const second = start([
+    '--relay',
+    dirs[1] ?? '',
+    '--manifest',
+    manifestPath,
+    '--upstream',
+    `127.0.0.1:${firstPort}`,
+  ]);
+  // The origin says ready once host1 is connected, which host1 is only once host2 is connected to it.
+  let said = '';
+  for await (const chunk of origin.child.stdout as AsyncIterable<Buffer>) {
+    said += chunk.toString();
+    if (said.includes('ready\n')) break;
+  }
+  origin.child.stdin?.end('go\n');
+  const runs = await Promise.all([origin.done, first.done, second.done]);
+  return { runs, dirs };
+}
+
+describe('the node-chain relay', () => {
+  it('takes every host a byte-identical copy, verified piece by piece', async () => {
+    const { runs, dirs } = await chain(model.modelDir, 'ok');
+    for (const run of runs) assert.equal(run.code, 0, run.stderr);
+    for (const run of runs.slice(1)) assert.equal(run.stdout.trim(), NODE_CHAIN_RECEIVED_LINE);
+    for (const dir of dirs) assert.ok(await sameFiles(model.modelDir, dir, model.paths), dir);
+  });
+
+  it('a host whose bytes do not match the manifest exits 1 and does not say it received the model', async () => {
+    // The origin serves a copy with one byte changed in the second piece of a file of several.
+    const damaged = join(work.path, 'damaged');
+    await cp(model.modelDir, damaged, { recursive: true });
+    const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
+    assert.ok(file !== undefined);
+    const bytes = await readFile(join(damaged, file.path));
+    bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
+    await writeFile(join(damaged, file.path), bytes);
+    const { runs } = await chain(damaged, 'wrong');
+    const [, first, second] = runs;
+    assert.equal(first?.code, 1, JSON.stringify(runs));
+    assert.match(first?.stderr ?? '', /1 of \d+ pieces do not match the manifest/);
+    // host2 finds the same piece wrong, or loses its upstream first: either way no copy is claimed.
+    assert.equal(second?.code, 1);
+    for (const run of runs.slice(1)) assert.doesNotMatch(run.stdout, /received/);
+  });
+});
