@@ -98,7 +98,8 @@ import { tcpPayloadShare, testbedTag } from './netns/plan.js';
 import { CLOCK_FILE } from './trace-report.js';
 import {
   chainFluidSeconds,
-  comparisonLines,
+  legLabel,
+  roundsComparisonLines,
   cpuByRoleLine,
   formatOptionalNumber,
   formatOptionalSeconds,
@@ -841,7 +842,7 @@ function printReport(report: Report): void {
         ? undefined
         : leg.tLastSeconds / predicted.seconds;
     return [
-      leg.leg,
+      legLabel(leg),
       leg.skipped !== undefined ? 'not run' : `${leg.hostsVerified}/${leg.hosts}`,
       formatOptionalSeconds(leg.tLastSeconds),
       formatOptionalSeconds(leg.p50Seconds),
@@ -890,24 +891,29 @@ function printReport(report: Report): void {
   for (const line of renderTable(header, rows)) console.log(line);
   console.log('');
   for (const leg of report.legs) {
-    if (leg.skipped !== undefined) console.log(`${leg.leg}: not run: ${leg.skipped}`);
-    if (leg.problem !== undefined) console.log(`${leg.leg}: FAILED: ${leg.problem}`);
+    if (leg.skipped !== undefined) console.log(`${legLabel(leg)}: not run: ${leg.skipped}`);
+    if (leg.problem !== undefined) console.log(`${legLabel(leg)}: FAILED: ${leg.problem}`);
   }
   if (typeof sim === 'string') console.log(`sim: ${sim}`);
-  for (const leg of report.legs) for (const note of leg.notes ?? []) console.log(`${leg.leg}: ${note}`);
+  for (const leg of report.legs) for (const note of leg.notes ?? []) console.log(`${legLabel(leg)}: ${note}`);
   for (const leg of report.legs) {
     if (leg.cpuPerGiBByRole !== undefined)
-      console.log(`${leg.leg}: CPU-s/GiB by role (user + kernel): ${cpuByRoleLine(leg.cpuPerGiBByRole)}`);
+      console.log(
+        `${legLabel(leg)}: CPU-s/GiB by role (user + kernel): ${cpuByRoleLine(leg.cpuPerGiBByRole)}`,
+      );
   }
   for (const leg of report.legs) {
     const rtt = leg.schedulerRttMs;
     if (rtt === undefined) continue;
     console.log(
-      `${leg.leg}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
+      `${legLabel(leg)}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
         `p50 ${rtt.p50.toFixed(2)} ms, p90 ${rtt.p90.toFixed(2)} ms (${rtt.samples} samples)`,
     );
   }
-  for (const line of comparisonLines(report.legs, typeof sim === 'string' ? undefined : sim.tLastSeconds))
+  for (const line of roundsComparisonLines(
+    report.legs,
+    typeof sim === 'string' ? undefined : sim.tLastSeconds,
+  ))
     console.log(line);
   printNotes(report);
 }
@@ -1033,7 +1039,7 @@ async function main(argv: readonly string[]): Promise<number> {
             mtu: options.mtu,
           })
         : new LoopbackHosts(options.hosts, options.mbps, options.originMbps);
-    const measurements: LegMeasurement[] = [];
+    const measurements: Array<{ measurement: LegMeasurement; round: number | undefined }> = [];
     let originServer: OriginServerKind = 'weightcast';
     try {
       const logDir = join(work, 'logs');
@@ -1050,7 +1056,7 @@ async function main(argv: readonly string[]): Promise<number> {
       log(
         `origin (${originServerLabel(originServer)}) serving ${model.originRoot} at ${origin.url}; process output goes to ${logDir} (--keep keeps it)`,
       );
-      const context: LegContext = {
+      const base: LegContext = {
         hostSet,
         model,
         modelUrl: `${origin.url}model/`,
@@ -1065,15 +1071,28 @@ async function main(argv: readonly string[]): Promise<number> {
         cgroups,
         services,
       };
-      const legs = {
-        naive: async () => [await naiveLeg(context)],
-        swarm: async () => [await swarmLeg(context)],
-        'swarm-warm': () => swarmWarmLeg(context),
-        bittorrent: async () => [await bittorrentLeg(context)],
-        chain: async () => [await chainLeg(context)],
-        'node-chain': async () => [await nodeChainLeg(context)],
-      };
-      for (const leg of options.legs) measurements.push(...(await legs[leg]()));
+      for (let round = 1; round <= options.rounds; round++) {
+        // Each round in directories of its own: no leg starts with what an earlier round left.
+        const context: LegContext =
+          options.rounds === 1
+            ? base
+            : { ...base, round, work: join(work, `round-${round}`), logDir: join(logDir, `round-${round}`) };
+        await mkdir(context.logDir, { recursive: true });
+        await mkdir(context.work, { recursive: true });
+        if (options.rounds > 1) log(`round ${round} of ${options.rounds}`);
+        const legs = {
+          naive: async () => [await naiveLeg(context)],
+          swarm: async () => [await swarmLeg(context)],
+          'swarm-warm': () => swarmWarmLeg(context),
+          bittorrent: async () => [await bittorrentLeg(context)],
+          chain: async () => [await chainLeg(context)],
+          'node-chain': async () => [await nodeChainLeg(context)],
+        };
+        for (const leg of options.legs) {
+          for (const measurement of await legs[leg]())
+            measurements.push({ measurement, round: context.round });
+        }
+      }
       if (options.keep && process.env['WEIGHTCAST_TRACE_PIECES'] === '1') {
         log(`where the swarm's time went: node dist/bench/trace-report.js ${logDir}`);
       }
@@ -1103,7 +1122,10 @@ async function main(argv: readonly string[]): Promise<number> {
       originServer,
       pullStart: options.pullStart,
       cgroupProblem: cgroupsProblem,
-      legs: measurements.map((measurement) => summarizeLeg(measurement, setting)),
+      legs: measurements.map(({ measurement, round }) => ({
+        ...summarizeLeg(measurement, setting),
+        ...(round === undefined ? {} : { round }),
+      })),
     };
     if (options.json) console.log(JSON.stringify({ event: 'fanout', ...report }));
     else printReport(report);

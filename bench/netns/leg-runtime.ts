@@ -79,6 +79,8 @@ export interface LegContext {
   cgroups: CgroupTree | undefined;
   /** Where long-running processes wait between legs. */
   services: Cgroup | undefined;
+  /** With `--rounds N` (N > 1): the round (1-based); its legs get cgroups and directories of their own. */
+  round?: number;
 }
 
 /** `hostSet.spawnIn` behind `wrap`, with the child's output also appended to `<logDir>/<name>.log`. */
@@ -270,7 +272,7 @@ export class LegMeter {
   }
 
   static async open(context: LegContext, leg: string): Promise<LegMeter> {
-    const cgroup = await context.cgroups?.leaf(leg);
+    const cgroup = await context.cgroups?.leaf(context.round === undefined ? leg : `${leg}-${context.round}`);
     if (cgroup !== undefined && context.originPid !== undefined)
       await (await cgroup.child('origin')).adopt(context.originPid);
     return new LegMeter(context, leg, cgroup);

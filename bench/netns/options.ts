@@ -21,6 +21,8 @@ const MiB = 1024 * 1024;
  */
 export const LEGS = ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain', 'node-chain'] as const;
 export type Leg = (typeof LEGS)[number];
+/** At most this many rounds: each takes minutes. */
+const ROUNDS_MAX = 20;
 export const LEGS_DEFAULT: readonly Leg[] = ['naive', 'swarm', 'bittorrent', 'chain', 'node-chain'];
 
 /** Where the scheduler runs: on the origin's host (as it usually is deployed) or a machine of its own. */
@@ -60,6 +62,8 @@ export interface Options {
   pieceMb: number | undefined;
   originReaders: number | undefined;
   legs: Leg[];
+  /** Times every leg runs, the legs alternating (BitTorrent's time moves by seconds between runs). */
+  rounds: number;
   work: string;
   loopback: boolean;
   keep: boolean;
@@ -126,7 +130,8 @@ export const USAGE = [
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
   '      when the clock starts and `weightcast pull --agent` once it listens; swarm-warm: warmed-up agents',
   '      asked through their local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker;',
-  '      chain: socat + tee relay',
+  "      chain: socat + tee relay; node-chain: the same with a minimal Node.js relay (Node's CPU floor)",
+  "  --rounds N (1; every leg N times, alternating: each round's rows, then the medians of the comparisons)",
   '  --pull-start listening|launch (listening; swarm: each pull starts once its agent listens, or with it)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
@@ -143,6 +148,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       'piece-mb': { type: 'string' },
       'origin-readers': { type: 'string' },
       legs: { type: 'string', default: LEGS_DEFAULT.join(',') },
+      rounds: { type: 'string', default: '1' },
       warm: { type: 'boolean', default: false },
       work: { type: 'string', default: defaultWork },
       loopback: { type: 'boolean', default: false },
@@ -194,6 +200,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
         ? undefined
         : integer(values['origin-readers'], '--origin-readers', 1, 1024),
     legs,
+    rounds: integer(values.rounds, '--rounds', 1, ROUNDS_MAX),
     work: values.work,
     loopback: values.loopback,
     keep: values.keep,

@@ -49,6 +49,8 @@ export interface RttSummary {
 
 export interface LegSummary {
   leg: string;
+  /** With `--rounds N` (N > 1): which round this run of the leg was (1-based). */
+  round?: number;
   hosts: number;
   hostsFinished: number;
   hostsVerified: number;
@@ -275,6 +277,46 @@ export function comparisonLines(legs: readonly LegSummary[], simSeconds: number 
     if (swarm?.tLastSeconds === undefined || simSeconds === undefined) continue;
     const error = relativeError(swarm.tLastSeconds, simSeconds);
     lines.push(`${name} T_last vs sim: ${error >= 0 ? '+' : ''}${(error * 100).toFixed(1)} %`);
+  }
+  return lines;
+}
+
+/** A leg's name in tables and notes: with its round when there are several. */
+export function legLabel(leg: Pick<LegSummary, 'leg' | 'round'>): string {
+  return leg.round === undefined ? leg.leg : `${leg.leg} #${leg.round}`;
+}
+
+/**
+ * comparisonLines for each round of a run with several (`--rounds`), then the (lower) medians over
+ * the rounds of the comparison with BitTorrent: one run's ratio moves with how BitTorrent's slowest host fares.
+ */
+export function roundsComparisonLines(legs: readonly LegSummary[], simSeconds: number | undefined): string[] {
+  const rounds = [...new Set(legs.map((leg) => leg.round))];
+  if (rounds.length <= 1 || rounds.includes(undefined)) return comparisonLines(legs, simSeconds);
+  const lines: string[] = [];
+  const speedups: number[] = [];
+  const cpuRatios: number[] = [];
+  for (const round of rounds) {
+    const these = legs.filter((leg) => leg.round === round);
+    for (const line of comparisonLines(these, simSeconds)) lines.push(`round ${round}: ${line}`);
+    const swarm = these.find((leg) => leg.leg === 'swarm');
+    const bittorrent = these.find((leg) => leg.leg === 'bittorrent');
+    if (swarm?.tLastSeconds === undefined || bittorrent?.tLastSeconds === undefined) continue;
+    speedups.push(bittorrent.tLastSeconds / swarm.tLastSeconds);
+    const swarmCpu = cpuPerGiB(swarm);
+    const bittorrentCpu = cpuPerGiB(bittorrent);
+    if (swarmCpu !== undefined && bittorrentCpu !== undefined) cpuRatios.push(swarmCpu / bittorrentCpu);
+  }
+  if (speedups.length > 1) {
+    const speedup = median(speedups) ?? 0;
+    const list = (values: number[]): string => values.map((value) => value.toFixed(2)).join(', ');
+    lines.push(
+      `swarm vs bittorrent over ${speedups.length} rounds: T_bt / T_swarm median ${speedup.toFixed(2)} (${list(speedups)}; ` +
+        `goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}` +
+        (cpuRatios.length === 0
+          ? ''
+          : `; CPU x BitTorrent's median ${(median(cpuRatios) ?? 0).toFixed(2)} (${list(cpuRatios)}; goal <= 1)`),
+    );
   }
   return lines;
 }

@@ -13,6 +13,8 @@ import { firstMatch, waitForExit } from '../../bench/netns/children.js';
 import {
   chainFluidSeconds,
   comparisonLines,
+  legLabel,
+  roundsComparisonLines,
   rttSummary,
   summarizeLeg,
   type LegSummary,
@@ -84,6 +86,30 @@ test('CPU per GiB delivered, the chain bound and the comparison with the baselin
     'swarm T_last vs sim: +11.1 %',
   ]);
   assert.deepEqual(comparisonLines([leg('naive', 80, 1, 0.1)], undefined), []);
+
+  // Several rounds: each round's lines, then the medians of the comparison with BitTorrent.
+  const inRound = (summary: LegSummary, round: number): LegSummary => ({ ...summary, round });
+  const rounds = [
+    inRound(leg('swarm', 10, 6, 0.9), 1),
+    inRound(leg('bittorrent', 15, 4, 0.6), 1),
+    inRound(leg('swarm', 10, 6, 0.9), 2),
+    inRound(leg('bittorrent', 12, 6, 0.6), 2),
+    inRound(leg('swarm', 10, 5, 0.9), 3),
+    inRound(leg('bittorrent', 13, 5, 0.6), 3),
+  ];
+  assert.deepEqual(roundsComparisonLines(rounds, undefined), [
+    "round 1: swarm vs bittorrent: T_bt / T_swarm = 1.50 (goal >= 1.4): met; CPU-s/GiB (user + kernel) 1.50 x the BitTorrent leg's (goal <= 1)",
+    "round 2: swarm vs bittorrent: T_bt / T_swarm = 1.20 (goal >= 1.4): NOT met; CPU-s/GiB (user + kernel) 1.00 x the BitTorrent leg's (goal <= 1)",
+    "round 3: swarm vs bittorrent: T_bt / T_swarm = 1.30 (goal >= 1.4): NOT met; CPU-s/GiB (user + kernel) 1.00 x the BitTorrent leg's (goal <= 1)",
+    "swarm vs bittorrent over 3 rounds: T_bt / T_swarm median 1.30 (1.50, 1.20, 1.30; goal >= 1.4): NOT met; CPU x BitTorrent's median 1.00 (1.50, 1.00, 1.00; goal <= 1)",
+  ]);
+  // One round (no round numbers): the same lines as comparisonLines.
+  assert.deepEqual(
+    roundsComparisonLines([leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6)], 9),
+    comparisonLines([leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6)], 9),
+  );
+  assert.equal(legLabel(inRound(leg('swarm', 10, 6, 0.9), 2)), 'swarm #2');
+  assert.equal(legLabel(leg('swarm', 10, 6, 0.9)), 'swarm');
 });
 
 test('a leg cgroup counts the CPU of a process moved into it and is removed with what is left in it', async (t) => {

@@ -32,6 +32,12 @@ test("by default the fan-out measures the user's flow: MTU 1500, scheduler besid
   assert.equal(options.originMbps, 200);
   assert.equal(options.work, 'default-work-dir');
   assert.equal(options.pullStart, 'listening', 'each pull starts once its agent listens');
+  assert.equal(options.rounds, 1);
+});
+
+test('--rounds repeats the legs, within bounds', () => {
+  assert.equal(parse('--rounds', '3').rounds, 3);
+  for (const bad of ['0', '21', '1.5', 'x']) assert.throws(() => parse('--rounds', bad), /--rounds/);
 });
 
 test('--mtu 9000, --scheduler-on control and --warm are options', () => {
