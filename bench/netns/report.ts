@@ -287,8 +287,9 @@ export function legLabel(leg: Pick<LegSummary, 'leg' | 'round'>): string {
 }
 
 /**
- * comparisonLines for each round of a run with several (`--rounds`), then the (lower) medians over
- * the rounds of the comparison with BitTorrent: one run's ratio moves with how BitTorrent's slowest host fares.
+ * comparisonLines for each round of a run with several (`--rounds`), then the medians over the rounds
+ * of the comparison with BitTorrent (for an even count, the mean of the middle two, so that neither
+ * ratio is read in its favour): one run's ratio moves with how BitTorrent's slowest host fares.
  */
 export function roundsComparisonLines(legs: readonly LegSummary[], simSeconds: number | undefined): string[] {
   const rounds = [...new Set(legs.map((leg) => leg.round))];
@@ -308,17 +309,25 @@ export function roundsComparisonLines(legs: readonly LegSummary[], simSeconds: n
     if (swarmCpu !== undefined && bittorrentCpu !== undefined) cpuRatios.push(swarmCpu / bittorrentCpu);
   }
   if (speedups.length > 1) {
-    const speedup = median(speedups) ?? 0;
+    const speedup = middle(speedups);
     const list = (values: number[]): string => values.map((value) => value.toFixed(2)).join(', ');
     lines.push(
       `swarm vs bittorrent over ${speedups.length} rounds: T_bt / T_swarm median ${speedup.toFixed(2)} (${list(speedups)}; ` +
         `goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}` +
         (cpuRatios.length === 0
           ? ''
-          : `; CPU x BitTorrent's median ${(median(cpuRatios) ?? 0).toFixed(2)} (${list(cpuRatios)}; goal <= 1)`),
+          : `; CPU x BitTorrent's median ${middle(cpuRatios).toFixed(2)} (${list(cpuRatios)}; goal <= 1)`),
     );
   }
   return lines;
+}
+
+/** The median of a non-empty list: the middle value, or the mean of the middle two. */
+function middle(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const half = Math.floor(sorted.length / 2);
+  const upper = sorted[half] ?? 0;
+  return sorted.length % 2 === 1 ? upper : ((sorted[half - 1] ?? upper) + upper) / 2;
 }
 
 /** One host of the user flow: when its agent listened, and what its pull reported. */

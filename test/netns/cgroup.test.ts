@@ -103,6 +103,11 @@ test('CPU per GiB delivered, the chain bound and the comparison with the baselin
     "round 3: swarm vs bittorrent: T_bt / T_swarm = 1.30 (goal >= 1.4): NOT met; CPU-s/GiB (user + kernel) 1.00 x the BitTorrent leg's (goal <= 1)",
     "swarm vs bittorrent over 3 rounds: T_bt / T_swarm median 1.30 (1.50, 1.20, 1.30; goal >= 1.4): NOT met; CPU x BitTorrent's median 1.00 (1.50, 1.00, 1.00; goal <= 1)",
   ]);
+  // Two rounds: the mean of the two, for the speed-up and for the CPU ratio alike.
+  assert.equal(
+    roundsComparisonLines(rounds.slice(0, 4), undefined).at(-1),
+    "swarm vs bittorrent over 2 rounds: T_bt / T_swarm median 1.35 (1.50, 1.20; goal >= 1.4): NOT met; CPU x BitTorrent's median 1.25 (1.50, 1.00; goal <= 1)",
+  );
   // One round (no round numbers): the same lines as comparisonLines.
   assert.deepEqual(
     roundsComparisonLines([leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6)], 9),
