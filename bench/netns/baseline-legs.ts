@@ -212,20 +212,57 @@ function checkRun(argv: readonly string[], timeoutMs: number): string {
   return result.stdout;
 }
 
-export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
-  const leg = 'chain';
-  const problem = baselineProblem(context, CHAIN_TOOLS);
-  if (problem !== undefined) return skipped(leg, problem);
-  const { hostSet, model, work } = context;
+/** What a relay chain leg starts before the clock: the origin's sender (held until released) and each host's relay. */
+interface ChainProcesses {
+  sender: ChildProcess;
+  /** In host order. */
+  relays: ChildProcess[];
+}
+
+/**
+ * A relay chain leg (chain, node-chain): `start` starts the sender and every host's relay (pushing
+ * each on `children` at once, so they are stopped whatever happens) with `dirs` made; the clock starts
+ * at the sender's release and each host is done when its relay prints `receivedLine`.
+ */
+async function relayChainLeg(
+  context: LegContext,
+  leg: string,
+  receivedLine: string,
+  start: (meter: LegMeter, children: ChildProcess[], dirs: string[], dir: string) => Promise<ChainProcesses>,
+): Promise<LegMeasurement> {
+  const { hostSet, work } = context;
   const dir = join(work, leg);
   const dirs = hostSet.hosts.map((host) => join(dir, host.label));
+  const labels = hostSet.hosts.map((host) => host.label);
   const meter = await LegMeter.open(context, leg);
   const children: ChildProcess[] = [];
   let runs: HostRun[] = [];
   try {
     await Promise.all(dirs.map((hostDir) => mkdir(hostDir, { recursive: true })));
+    const { sender, relays } = await start(meter, children, dirs, dir);
+    log(`${leg}: origin -> ${labels.join(' -> ')}`);
+    const started = await meter.start();
+    release(sender);
+    const deadline = started + legTimeoutMs(context);
+    runs = await hostsPrint(relays, new RegExp(`^${receivedLine}$`), started, deadline, labels);
+    await meter.stop();
+  } catch (error) {
+    runs = failedRuns(leg, hostSet.hosts.length, error);
+  } finally {
+    await stopAll(children);
+    await meter.close();
+  }
+  return verifyAndMeasure(context, meter, leg, runs, dirs, dir);
+}
+
+export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'chain';
+  const problem = baselineProblem(context, CHAIN_TOOLS);
+  if (problem !== undefined) return skipped(leg, problem);
+  const { hostSet, model } = context;
+  return relayChainLeg(context, leg, CHAIN_RECEIVED_LINE, async (meter, children, dirs, dir) => {
     // From the last host back to the first, each listening before its predecessor connects to it.
-    const hostChildren: ChildProcess[] = [];
+    const relays: ChildProcess[] = [];
     for (let index = hostSet.hosts.length - 1; index >= 0; index--) {
       const host = hostSet.hosts[index];
       if (host === undefined) continue;
@@ -238,7 +275,7 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
       const child = await startService(context, meter, children, host.ns, argv, `chain-${host.label}`, {
         role: 'relays',
       });
-      hostChildren.unshift(child);
+      relays.unshift(child);
       await waitListening(hostSet, host, CHAIN_PORT, `chain on ${host.label}`);
     }
     const firstAddress = hostSet.hosts[0]?.address ?? '';
@@ -252,20 +289,8 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
     children.push(sender);
     await allReady([sender], ['chain origin']);
     await meter.adopt([sender], 'sender');
-    log(`${leg}: origin -> ${hostSet.hosts.map((host) => host.label).join(' -> ')}`);
-    const started = await meter.start();
-    release(sender);
-    const deadline = started + legTimeoutMs(context);
-    const labels = hostSet.hosts.map((host) => host.label);
-    runs = await hostsPrint(hostChildren, new RegExp(`^${CHAIN_RECEIVED_LINE}$`), started, deadline, labels);
-    await meter.stop();
-  } catch (error) {
-    runs = failedRuns(leg, hostSet.hosts.length, error);
-  } finally {
-    await stopAll(children);
-    await meter.close();
-  }
-  return verifyAndMeasure(context, meter, leg, runs, dirs, dir);
+    return { sender, relays };
+  });
 }
 
 /** The node-chain's program, beside this directory in the build (dist/bench/node-relay.js). */
@@ -274,14 +299,8 @@ const NODE_RELAY = fileURLToPath(new URL('../node-relay.js', import.meta.url));
 export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement> {
   const leg = 'node-chain';
   if (context.hostSet.mode !== 'netns') return skipped(leg, 'needs the netns testbed (root and ip netns)');
-  const { hostSet, model, work } = context;
-  const dir = join(work, leg);
-  const dirs = hostSet.hosts.map((host) => join(dir, host.label));
-  const meter = await LegMeter.open(context, leg);
-  const children: ChildProcess[] = [];
-  let runs: HostRun[] = [];
-  try {
-    await Promise.all(dirs.map((hostDir) => mkdir(hostDir, { recursive: true })));
+  const { hostSet, model } = context;
+  return relayChainLeg(context, leg, NODE_CHAIN_RECEIVED_LINE, async (meter, children, dirs) => {
     // The origin listens first; each host listens for its successor before the next one starts, and
     // connects to its predecessor once its successor is there, so the chain forms from the last host.
     const sender = spawnLogged(
@@ -299,7 +318,7 @@ export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement>
     children.push(sender);
     await meter.adopt([sender], 'sender');
     await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, 'node-chain origin');
-    const hostChildren: ChildProcess[] = [];
+    const relays: ChildProcess[] = [];
     for (const [index, host] of hostSet.hosts.entries()) {
       const upstream = index === 0 ? hostSet.origin : hostSet.hosts[index - 1];
       const last = index === hostSet.hosts.length - 1;
@@ -311,7 +330,7 @@ export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement>
         upstreamAddress: upstream?.address ?? '',
         listenAddress: last ? undefined : host.address,
       });
-      hostChildren.push(
+      relays.push(
         await startService(context, meter, children, host.ns, argv, `node-chain-${host.label}`, {
           role: 'relays',
         }),
@@ -320,24 +339,6 @@ export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement>
     }
     // The origin says ready once host1 is connected, which it is only once the whole chain is.
     await allReady([sender], ['node-chain origin']);
-    log(`${leg}: origin -> ${hostSet.hosts.map((host) => host.label).join(' -> ')} (a Node.js relay each)`);
-    const started = await meter.start();
-    release(sender);
-    const deadline = started + legTimeoutMs(context);
-    const labels = hostSet.hosts.map((host) => host.label);
-    runs = await hostsPrint(
-      hostChildren,
-      new RegExp(`^${NODE_CHAIN_RECEIVED_LINE}$`),
-      started,
-      deadline,
-      labels,
-    );
-    await meter.stop();
-  } catch (error) {
-    runs = failedRuns(leg, hostSet.hosts.length, error);
-  } finally {
-    await stopAll(children);
-    await meter.close();
-  }
-  return verifyAndMeasure(context, meter, leg, runs, dirs, dir);
+    return { sender, relays };
+  });
 }

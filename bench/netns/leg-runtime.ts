@@ -265,17 +265,22 @@ export class LegMeter {
     | undefined;
   #result: Omit<LegMeasurement, 'leg' | 'hostSeconds' | 'hostsVerified'> | undefined;
 
-  private constructor(context: LegContext, leg: string, cgroup: Cgroup | undefined) {
+  /** The leg's cgroup's name: the leg's, with its round when there are several. */
+  readonly #leaf: string;
+
+  private constructor(context: LegContext, leg: string, leaf: string, cgroup: Cgroup | undefined) {
     this.#context = context;
     this.leg = leg;
+    this.#leaf = leaf;
     this.#cgroup = cgroup;
   }
 
   static async open(context: LegContext, leg: string): Promise<LegMeter> {
-    const cgroup = await context.cgroups?.leaf(context.round === undefined ? leg : `${leg}-${context.round}`);
+    const leaf = context.round === undefined ? leg : `${leg}-${context.round}`;
+    const cgroup = await context.cgroups?.leaf(leaf);
     if (cgroup !== undefined && context.originPid !== undefined)
       await (await cgroup.child('origin')).adopt(context.originPid);
-    return new LegMeter(context, leg, cgroup);
+    return new LegMeter(context, leg, leaf, cgroup);
   }
 
   /**
@@ -348,7 +353,7 @@ export class LegMeter {
     if (this.#cgroup === undefined) return;
     if (services !== undefined && originPid !== undefined)
       await services.adopt(originPid).catch(() => undefined);
-    await cgroups?.removeLeaf(this.leg);
+    await cgroups?.removeLeaf(this.#leaf);
   }
 
   async #roleCpu(): Promise<Map<string, CpuTimes>> {

@@ -28,20 +28,10 @@ test('netns: the BitTorrent, chain and node-chain legs deliver a verified copy t
     t.skip(`${missing.join(', ')} not installed (${BASELINE_INSTALL_HINT})`);
     return;
   }
+  const legs = 'bittorrent,chain,node-chain';
   const { stdout } = await promisify(execFile)(
     process.execPath,
-    [
-      FANOUT,
-      '--hosts',
-      '2',
-      '--size-mb',
-      '4',
-      '--mbps',
-      '100',
-      '--legs',
-      'bittorrent,chain,node-chain',
-      '--json',
-    ],
+    [FANOUT, '--hosts', '2', '--size-mb', '4', '--mbps', '100', '--legs', legs, '--json'],
     { timeout: 150_000, maxBuffer: 16 * 1024 * 1024 },
   );
   const report = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as {
