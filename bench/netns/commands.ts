@@ -322,18 +322,11 @@ export function nodeChainOriginArgv(input: {
   modelDir: string;
   manifestPath: string;
   address: string;
+  /** NODE_CHAIN_PORT in the namespaces; a free one on loopback (tests). */
+  port?: number;
 }): string[] {
-  const { node, relay, modelDir, manifestPath, address } = input;
-  return [
-    node,
-    relay,
-    '--origin',
-    modelDir,
-    '--manifest',
-    manifestPath,
-    '--listen',
-    `${address}:${NODE_CHAIN_PORT}`,
-  ];
+  const { node, relay, modelDir, manifestPath, address, port = NODE_CHAIN_PORT } = input;
+  return [node, relay, '--origin', modelDir, '--manifest', manifestPath, '--listen', `${address}:${port}`];
 }
 
 /**
@@ -347,8 +340,12 @@ export function nodeChainHostArgv(input: {
   manifestPath: string;
   upstreamAddress: string;
   listenAddress: string | undefined;
+  /** The predecessor's port and this host's: NODE_CHAIN_PORT in the namespaces (an address per host). */
+  upstreamPort?: number;
+  listenPort?: number;
 }): string[] {
   const { node, relay, dir, manifestPath, upstreamAddress, listenAddress } = input;
+  const { upstreamPort = NODE_CHAIN_PORT, listenPort = NODE_CHAIN_PORT } = input;
   return [
     node,
     relay,
@@ -357,7 +354,7 @@ export function nodeChainHostArgv(input: {
     '--manifest',
     manifestPath,
     '--upstream',
-    `${upstreamAddress}:${NODE_CHAIN_PORT}`,
-    ...(listenAddress === undefined ? [] : ['--listen', `${listenAddress}:${NODE_CHAIN_PORT}`]),
+    `${upstreamAddress}:${upstreamPort}`,
+    ...(listenAddress === undefined ? [] : ['--listen', `${listenAddress}:${listenPort}`]),
   ];
 }

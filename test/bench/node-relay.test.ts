@@ -1,6 +1,6 @@
 /**
- * The node-chain leg's relay (bench/node-relay.ts) on loopback: real processes, an origin and two
- * hosts in a chain. Every host ends with the model's files byte-identical, and a host whose bytes do
+ * The node-chain leg's relay (bench/node-relay.ts) on loopback, started by the leg's own command
+ * lines (bench/netns/commands.ts): real processes, an origin and two hosts in a chain. Every host ends with the model's files byte-identical, and a host whose bytes do
  * not match the manifest says so and exits 1 instead of claiming the copy.
  */
 
@@ -10,7 +10,11 @@ import { cp, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { NODE_CHAIN_RECEIVED_LINE } from '../../bench/netns/commands.js';
+import {
+  NODE_CHAIN_RECEIVED_LINE,
+  nodeChainHostArgv,
+  nodeChainOriginArgv,
+} from '../../bench/netns/commands.js';
 import { freePort, sameFiles, smallModelWithManifest, tempDir } from '../helpers/fixtures.js';
 
 const RELAY = join(resolve(fileURLToPath(import.meta.url), '../../..'), 'bench', 'node-relay.js');
@@ -32,8 +36,9 @@ interface Ran {
   stderr: string;
 }
 
-function start(args: string[]): { child: ChildProcess; done: Promise<Ran> } {
-  const child = spawn(process.execPath, [RELAY, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+function start(argv: string[]): { child: ChildProcess; done: Promise<Ran> } {
+  const [command = process.execPath, ...args] = argv;
+  const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   // A process that ended before its stdin was written to is told by its exit, not by EPIPE here.
   child.stdin?.on('error', () => undefined);
   let stdout = '';
@@ -43,7 +48,7 @@ function start(args: string[]): { child: ChildProcess; done: Promise<Ran> } {
   const done = new Promise<Ran>((resolveRun, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`node-relay ${args.join(' ')} did not exit: ${stderr}`));
+      reject(new Error(`${args.join(' ')} did not exit: ${stderr}`));
     }, EXIT_WAIT_MS);
     child.once('exit', (code) => {
       clearTimeout(timer);
@@ -58,32 +63,30 @@ async function chain(originDir: string, label: string): Promise<{ runs: Ran[]; d
   const { manifestPath } = model;
   const [originPort, firstPort] = [await freePort(), await freePort()];
   const dirs = [join(work.path, `${label}-1`), join(work.path, `${label}-2`)];
-  const origin = start([
-    '--origin',
-    originDir,
-    '--manifest',
-    manifestPath,
-    '--listen',
-    `127.0.0.1:${originPort}`,
-  ]);
-  const first = start([
-    '--relay',
-    dirs[0] ?? '',
-    '--manifest',
-    manifestPath,
-    '--upstream',
-    `127.0.0.1:${originPort}`,
-    '--listen',
-    `127.0.0.1:${firstPort}`,
-  ]);
-  const second = start([
-    '--relay',
-    dirs[1] ?? '',
-    '--manifest',
-    manifestPath,
-    '--upstream',
-    `127.0.0.1:${firstPort}`,
-  ]);
+  // The leg's own command lines, on loopback ports.
+  const common = { node: process.execPath, relay: RELAY, manifestPath };
+  const origin = start(
+    nodeChainOriginArgv({ ...common, modelDir: originDir, address: '127.0.0.1', port: originPort }),
+  );
+  const first = start(
+    nodeChainHostArgv({
+      ...common,
+      dir: dirs[0] ?? '',
+      upstreamAddress: '127.0.0.1',
+      upstreamPort: originPort,
+      listenAddress: '127.0.0.1',
+      listenPort: firstPort,
+    }),
+  );
+  const second = start(
+    nodeChainHostArgv({
+      ...common,
+      dir: dirs[1] ?? '',
+      upstreamAddress: '127.0.0.1',
+      upstreamPort: firstPort,
+      listenAddress: undefined,
+    }),
+  );
   // The origin says ready once host1 is connected, which host1 is only once host2 is connected to it.
   let said = '';
   for await (const chunk of origin.child.stdout as AsyncIterable<Buffer>) {
