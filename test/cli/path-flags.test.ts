@@ -36,8 +36,8 @@ after(async () => {
   await work.cleanup();
 });
 
-async function failing(args: string[]): Promise<{ code: number; stderr: string }> {
-  return run(process.execPath, [CLI, ...args], { timeout: 30_000 }).then(
+async function failing(args: string[], env?: NodeJS.ProcessEnv): Promise<{ code: number; stderr: string }> {
+  return run(process.execPath, [CLI, ...args], { timeout: 30_000, ...(env === undefined ? {} : { env }) }).then(
     () => assert.fail(`weightcast ${args.join(' ')} should fail`),
     (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
   );
@@ -112,6 +112,16 @@ describe('a --manifest that does not exist', { timeout: 60_000 }, () => {
       assert.equal(existsSync(dest), false);
     });
   }
+
+  it('pull looking for a local agent: said before any agent is looked for', async () => {
+    const failed = await failing(
+      ['pull', modelDir, '--to', join(work.path, 'dest'), '--manifest', join(work.path, 'nonexist.json')],
+      { ...process.env, WEIGHTCAST_AGENT: NOBODY },
+    );
+    assert.equal(failed.code, 2, failed.stderr);
+    assert.match(failed.stderr, /USAGE: the manifest .*nonexist\.json does not exist/);
+    assert.doesNotMatch(failed.stderr, /agent/);
+  });
 
   it('verify: the same', async () => {
     const failed = await failing(['verify', modelDir, '--manifest', join(work.path, 'nonexist.json')]);

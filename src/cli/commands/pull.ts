@@ -6,7 +6,7 @@
 
 import type { AccessFlags } from '../../auth/credentials.js';
 import { WeightcastError, asInputFileError } from '../../errors.js';
-import { open } from 'node:fs/promises';
+import { access, constants, open } from 'node:fs/promises';
 import { countOf, formatBytes, formatSeconds, parseMbps } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { corruptPieceText, createProgress, originRetryReporter } from '../progress.js';
@@ -55,6 +55,8 @@ export async function runPull(src: string, flags: PullFlags, io: CliIo): Promise
         'USAGE',
         '--digest checks the manifest given with --manifest: give the manifest file too',
       );
+    // A manifest path that names nothing is said before anything else (finding an agent, the origin).
+    if (flags.manifest !== undefined) await checkReadable(flags.manifest);
   } catch (error) {
     return reportError(io, error, flags.json === true);
   }
@@ -129,6 +131,15 @@ function placementLine(summary: Record<string, unknown>, flags: PullFlags): stri
           : '')
       );
     }
+  }
+}
+
+/** USAGE (or IO) unless the manifest file can be opened for reading. */
+async function checkReadable(path: string): Promise<void> {
+  try {
+    await access(path, constants.R_OK);
+  } catch (error) {
+    throw asInputFileError(error, 'the manifest', path);
   }
 }
 
