@@ -37,7 +37,10 @@ after(async () => {
 });
 
 async function failing(args: string[], env?: NodeJS.ProcessEnv): Promise<{ code: number; stderr: string }> {
-  return run(process.execPath, [CLI, ...args], { timeout: 30_000, ...(env === undefined ? {} : { env }) }).then(
+  return run(process.execPath, [CLI, ...args], {
+    timeout: 30_000,
+    ...(env === undefined ? {} : { env }),
+  }).then(
     () => assert.fail(`weightcast ${args.join(' ')} should fail`),
     (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
   );
