@@ -227,6 +227,17 @@ export const formatOptionalNumber = (value: number | undefined, digits: number):
 /** The speed the swarm should have over the BitTorrent leg (issue 15's goal). */
 export const SPEEDUP_OVER_BITTORRENT_GOAL = 1.4;
 
+/**
+ * A speed ratio for the line that judges it against the goal: two decimals, unless those would read
+ * as the other verdict (1.397 is not 1.40 >= 1.4); then as many as it takes, up to six.
+ */
+export function speedupText(speedup: number): string {
+  const met = speedup >= SPEEDUP_OVER_BITTORRENT_GOAL;
+  let digits = 2;
+  while (digits < 6 && Number(speedup.toFixed(digits)) >= SPEEDUP_OVER_BITTORRENT_GOAL !== met) digits++;
+  return speedup.toFixed(digits);
+}
+
 const cpuPerGiB = (leg: LegSummary): number | undefined =>
   leg.userCpuPerGiB === undefined || leg.kernelCpuPerGiB === undefined
     ? undefined
@@ -250,7 +261,7 @@ export function comparisonLines(legs: readonly LegSummary[], simSeconds: number 
       const cpuRatio =
         swarmCpu === undefined || bittorrentCpu === undefined ? undefined : swarmCpu / bittorrentCpu;
       lines.push(
-        `${name} vs bittorrent: T_bt / T_swarm = ${speedup.toFixed(2)} (goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ` +
+        `${name} vs bittorrent: T_bt / T_swarm = ${speedupText(speedup)} (goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ` +
           `${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}; CPU-s/GiB (user + kernel) ` +
           `${formatOptionalNumber(cpuRatio, 2)} x the BitTorrent leg's (goal <= 1)`,
       );
@@ -312,7 +323,7 @@ export function roundsComparisonLines(legs: readonly LegSummary[], simSeconds: n
     const speedup = middle(speedups);
     const list = (values: number[]): string => values.map((value) => value.toFixed(2)).join(', ');
     lines.push(
-      `swarm vs bittorrent over ${speedups.length} rounds: T_bt / T_swarm median ${speedup.toFixed(2)} (${list(speedups)}; ` +
+      `swarm vs bittorrent over ${speedups.length} rounds: T_bt / T_swarm median ${speedupText(speedup)} (${list(speedups)}; ` +
         `goal >= ${SPEEDUP_OVER_BITTORRENT_GOAL}): ${speedup >= SPEEDUP_OVER_BITTORRENT_GOAL ? 'met' : 'NOT met'}` +
         (cpuRatios.length === 0
           ? ''

@@ -15,6 +15,7 @@ import {
   comparisonLines,
   legLabel,
   roundsComparisonLines,
+  speedupText,
   rttSummary,
   summarizeLeg,
   type LegSummary,
@@ -108,6 +109,21 @@ test('CPU per GiB delivered, the chain bound and the comparison with the baselin
     roundsComparisonLines(rounds.slice(0, 4), undefined).at(-1),
     "swarm vs bittorrent over 2 rounds: T_bt / T_swarm median 1.35 (1.50, 1.20; goal >= 1.4): NOT met; CPU x BitTorrent's median 1.25 (1.50, 1.00; goal <= 1)",
   );
+  // A median that two decimals would round up to the goal is printed with the digits that show it is short.
+  const close = [
+    inRound(leg('swarm', 10, 6, 0.9), 1),
+    inRound(leg('bittorrent', 13.9, 6, 0.6), 1),
+    inRound(leg('swarm', 10, 6, 0.9), 2),
+    inRound(leg('bittorrent', 14.02, 6, 0.6), 2),
+  ];
+  assert.match(
+    roundsComparisonLines(close, undefined).at(-1) ?? '',
+    /median 1\.396 \(1\.39, 1\.40; goal >= 1\.4\): NOT met/,
+  );
+  assert.equal(speedupText(1.45), '1.45');
+  assert.equal(speedupText(1.4), '1.40');
+  assert.equal(speedupText(1.397), '1.397');
+  assert.equal(speedupText(1.3999), '1.3999');
   // One round (no round numbers): the same lines as comparisonLines.
   assert.deepEqual(
     roundsComparisonLines([leg('swarm', 10, 6, 0.9), leg('bittorrent', 15, 4, 0.6)], 9),
