@@ -813,7 +813,7 @@ interface Report {
 
 function predictionFor(leg: string, report: Report): { seconds: number; source: string } | undefined {
   if (leg === 'naive') return { seconds: report.naiveFluidSeconds, source: 'fluid N*S/U' };
-  if (leg === 'chain' || leg === 'node-chain')
+  if (leg === 'chain' || leg === 'node-chain' || leg === 'store-chain')
     return { seconds: report.chainFluidSeconds, source: 'fluid S/B' };
   if (leg.startsWith('swarm') && typeof report.sim !== 'string')
     return { seconds: report.sim.tLastSeconds, source: 'sim' };
@@ -952,6 +952,13 @@ function printNotes(report: Report): void {
         "1 MiB buffers, SHA-256 per piece, a positioned write, the same buffer forwarded); a host is done when every piece matched. What Node itself costs at the links' pace.",
     );
   }
+  if (names.has('store-chain')) {
+    console.log(
+      'store-chain: the node-chain with each piece kept as an agent keeps it (bench/node-relay.ts --store: reads into ' +
+        "the piece's own direct-I/O buffer, forwarded from there, then PieceStore.put: verified, written with O_DIRECT, " +
+        "journalled, files synced and renamed); what the piece store adds to Node's floor at the links' pace.",
+    );
+  }
   if (report.mode === 'netns') {
     console.log(
       `tc counts packet headers: TCP payload tops out near ${tcpPayloadShare(report.mtu).toFixed(3)} x each cap at MTU ${report.mtu}, ` +
@@ -1087,6 +1094,7 @@ async function main(argv: readonly string[]): Promise<number> {
           bittorrent: async () => [await bittorrentLeg(context)],
           chain: async () => [await chainLeg(context)],
           'node-chain': async () => [await nodeChainLeg(context)],
+          'store-chain': async () => [await nodeChainLeg(context, true)],
         };
         for (const leg of options.legs) {
           for (const measurement of await legs[leg]())

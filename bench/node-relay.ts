@@ -28,9 +28,14 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { parseManifest, type Manifest } from '../src/manifest/manifest.js';
 import { ReceiveLowWater } from '../src/util/receive-low-water.js';
+import { PieceMap } from '../src/piece/piece-map.js';
+import { PieceStore } from '../src/piece/store.js';
+import { enableDirectIo, pieceBuffer } from '../src/piece/direct-io.js';
 import { NODE_CHAIN_RECEIVED_LINE } from './netns/commands.js';
 
 const BUFFER_BYTES = 1024 * 1024;
+/** Piece buffers of a `--store` relay: an agent keeps about as many (downloads and recent pieces). */
+const PIECE_BUFFERS = 8;
 const RING_BUFFERS = 8;
 const CONNECT_TRIES = 100;
 const CONNECT_RETRY_MS = 50;
@@ -173,11 +178,8 @@ async function relay(
     down.end(() => process.exit(0));
   };
   const resumeIfFree = (): void => {
-    const next = (current + 1) % RING_BUFFERS;
-    if (!paused || (unwritten[next] ?? 0) > 0) return;
+    if (!paused || (unwritten[current] ?? 0) > 0) return;
     paused = false;
-    current = next;
-    filled = 0;
     upstream?.resume();
   };
   const onRead = (count: number): boolean => {
@@ -199,37 +201,149 @@ async function relay(
     }
     marks.lowWater?.expect(count, total - received);
     if (filled < BUFFER_BYTES) return true;
-    const next = (current + 1) % RING_BUFFERS;
-    if ((unwritten[next] ?? 0) > 0) {
+    // Node asks for the next read's buffer as this callback returns, paused or not: the next ring
+    // buffer is named now, and reading resumes only once its forwards are written.
+    current = (current + 1) % RING_BUFFERS;
+    filled = 0;
+    if ((unwritten[current] ?? 0) > 0) {
       paused = true;
       return false;
     }
-    current = next;
-    filled = 0;
     return true;
   };
 
-  for (let attempt = 1; upstream === undefined; attempt++) {
-    upstream = await new Promise<Socket | undefined>((resolve) => {
-      const socket = connect({
-        host: up.host,
-        port: up.port,
-        onread: { buffer: () => (ring[current] as Buffer).subarray(filled), callback: onRead },
-      });
-      socket.once('connect', () => resolve(socket));
-      socket.once('error', () => resolve(undefined));
-    });
-    if (upstream === undefined) {
-      if (attempt >= CONNECT_TRIES) fail(`cannot connect to ${up.host}:${up.port}`);
-      await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
-    }
-  }
+  upstream = await connectUpstream(up, () => (ring[current] as Buffer).subarray(filled), onRead);
   marks.lowWater = new ReceiveLowWater(upstream);
   upstream.setTimeout(IDLE_TIMEOUT_MS, () => fail(`upstream silent for ${IDLE_TIMEOUT_MS} ms`));
   upstream.on('error', (error) => fail(`upstream: ${error.message}`));
   upstream.on('end', () => {
     if (received < total) fail(`upstream ended after ${received} of ${total} bytes`);
   });
+}
+
+/**
+ * A relay that keeps each piece the way an agent does (`--store`): every read lands in the current
+ * piece's own buffer (aligned for direct I/O, one of PIECE_BUFFERS reused), is forwarded downstream
+ * from there, and the whole piece goes through `PieceStore.put` with an agent's options (verified,
+ * written with O_DIRECT where the file system allows it, on this thread while the loop is idle,
+ * journalled; a completed file synced and moved to its final name). What the piece layer costs at
+ * the links' pace, beside the minimal relay's hash and positioned write.
+ */
+async function storeRelay(
+  dir: string,
+  manifest: Manifest,
+  up: { host: string; port: number },
+  listen: { host: string; port: number } | undefined,
+): Promise<void> {
+  const map = new PieceMap(manifest);
+  mkdirSync(dir, { recursive: true });
+  const store = await PieceStore.open(map, {
+    dataDir: join(dir, '.weightcast', 'partial'),
+    stateDir: join(dir, '.weightcast', 'state'),
+    finalDir: dir,
+    directIo: enableDirectIo(dir),
+    checkSpace: true,
+    inlineWrites: true,
+    hashThreads: 0,
+  });
+  const down = listen === undefined ? undefined : await acceptOne(listen);
+  const buffers = Array.from({ length: PIECE_BUFFERS }, () => pieceBuffer(map.pieceSize));
+  /** Forwards not yet written and puts not yet done, per buffer. */
+  const busy = new Array<number>(PIECE_BUFFERS).fill(0);
+  let current = 0;
+  let piece = 0;
+  let length = map.pieceCount > 0 ? map.locate(0).length : 0;
+  let filled = 0;
+  let paused = false;
+  let stored = 0;
+  let corrupt = 0;
+  let upstream: Socket | undefined;
+  const marks: { lowWater?: ReceiveLowWater } = {};
+
+  const finishIfDone = (): void => {
+    if (stored + corrupt < map.pieceCount) return;
+    void store.close().then(
+      () => {
+        if (corrupt > 0) fail(`${corrupt} of ${map.pieceCount} pieces do not match the manifest`);
+        process.stdout.write(`${NODE_CHAIN_RECEIVED_LINE}\n`);
+        upstream?.destroy();
+        if (down === undefined) process.exit(0);
+        down.end(() => process.exit(0));
+      },
+      (error: Error) => fail(`closing the store: ${error.message}`),
+    );
+  };
+  const release = (index: number): void => {
+    busy[index] = (busy[index] ?? 1) - 1;
+    if (paused && index === current && busy[index] === 0) {
+      paused = false;
+      upstream?.resume();
+    }
+  };
+  const onRead = (count: number): boolean => {
+    const index = current;
+    const buffer = buffers[index] as Buffer;
+    const chunk = buffer.subarray(filled, filled + count);
+    filled += count;
+    if (down !== undefined) {
+      busy[index] = (busy[index] ?? 0) + 1;
+      down.write(chunk, () => release(index));
+    }
+    if (filled < length) {
+      marks.lowWater?.expect(count, length - filled);
+      return true;
+    }
+    busy[index] = (busy[index] ?? 0) + 1;
+    const done = piece;
+    store.put(done, buffer.subarray(0, length)).then(
+      (result) => {
+        if (result === 'corrupt') corrupt++;
+        else stored++;
+        release(index);
+        finishIfDone();
+      },
+      (error: Error) => fail(`storing piece ${done}: ${error.message}`),
+    );
+    piece++;
+    filled = 0;
+    if (piece >= map.pieceCount) return false;
+    length = map.locate(piece).length;
+    marks.lowWater?.expect(count, length);
+    // Node asks for the next read's buffer as this callback returns, paused or not: the next piece's
+    // buffer is named now, and reading resumes only once it is free.
+    current = (current + 1) % PIECE_BUFFERS;
+    if ((busy[current] ?? 0) > 0) {
+      paused = true;
+      return false;
+    }
+    return true;
+  };
+
+  upstream = await connectUpstream(up, () => (buffers[current] as Buffer).subarray(filled, length), onRead);
+  marks.lowWater = new ReceiveLowWater(upstream);
+  upstream.setTimeout(IDLE_TIMEOUT_MS, () => fail(`upstream silent for ${IDLE_TIMEOUT_MS} ms`));
+  upstream.on('error', (error) => fail(`upstream: ${error.message}`));
+  upstream.on('end', () => {
+    if (piece < map.pieceCount) fail(`upstream ended at piece ${piece} of ${map.pieceCount}`);
+  });
+}
+
+/** Connects to the predecessor (it may still be starting: CONNECT_TRIES), reading with `onread`. */
+async function connectUpstream(
+  up: { host: string; port: number },
+  buffer: () => Uint8Array,
+  callback: (count: number) => boolean,
+): Promise<Socket> {
+  for (let attempt = 1; ; attempt++) {
+    const socket = await new Promise<Socket | undefined>((resolve) => {
+      const made = connect({ host: up.host, port: up.port, onread: { buffer, callback } });
+      made.once('connect', () => resolve(made));
+      made.once('error', () => resolve(undefined));
+    });
+    if (socket !== undefined) return socket;
+    if (attempt >= CONNECT_TRIES) fail(`cannot connect to ${up.host}:${up.port}`);
+    await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
+  }
 }
 
 async function main(): Promise<void> {
@@ -240,6 +354,7 @@ async function main(): Promise<void> {
       manifest: { type: 'string' },
       listen: { type: 'string' },
       upstream: { type: 'string' },
+      store: { type: 'boolean' },
     },
   });
   if (values.manifest === undefined) fail('--manifest is required');
@@ -249,7 +364,7 @@ async function main(): Promise<void> {
     return;
   }
   if (values.relay === undefined) fail('give --origin MODEL_DIR or --relay DIR');
-  await relay(
+  await (values.store === true ? storeRelay : relay)(
     values.relay,
     manifest,
     endpoint(values.upstream, '--upstream'),

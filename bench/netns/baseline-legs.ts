@@ -296,8 +296,12 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
 /** The node-chain's program, beside this directory in the build (dist/bench/node-relay.js). */
 const NODE_RELAY = fileURLToPath(new URL('../node-relay.js', import.meta.url));
 
-export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement> {
-  const leg = 'node-chain';
+/**
+ * The node-chain, or with `store` the store-chain: the same relays keeping each piece as an agent
+ * does (bench/node-relay.ts --store), so the two rows differ by what the piece store costs.
+ */
+export async function nodeChainLeg(context: LegContext, store = false): Promise<LegMeasurement> {
+  const leg = store ? 'store-chain' : 'node-chain';
   if (context.hostSet.mode !== 'netns') return skipped(leg, 'needs the netns testbed (root and ip netns)');
   const { hostSet, model } = context;
   return relayChainLeg(context, leg, NODE_CHAIN_RECEIVED_LINE, async (meter, children, dirs) => {
@@ -313,11 +317,11 @@ export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement>
         manifestPath: model.manifestPath,
         address: hostSet.origin.address,
       }),
-      'node-chain-origin',
+      `${leg}-origin`,
     );
     children.push(sender);
     await meter.adopt([sender], 'sender');
-    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, 'node-chain origin');
+    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, `${leg} origin`);
     const relays: ChildProcess[] = [];
     for (const [index, host] of hostSet.hosts.entries()) {
       const upstream = index === 0 ? hostSet.origin : hostSet.hosts[index - 1];
@@ -329,16 +333,17 @@ export async function nodeChainLeg(context: LegContext): Promise<LegMeasurement>
         manifestPath: model.manifestPath,
         upstreamAddress: upstream?.address ?? '',
         listenAddress: last ? undefined : host.address,
+        store,
       });
       relays.push(
-        await startService(context, meter, children, host.ns, argv, `node-chain-${host.label}`, {
+        await startService(context, meter, children, host.ns, argv, `${leg}-${host.label}`, {
           role: 'relays',
         }),
       );
-      if (!last) await waitListening(hostSet, host, NODE_CHAIN_PORT, `node-chain on ${host.label}`);
+      if (!last) await waitListening(hostSet, host, NODE_CHAIN_PORT, `${leg} on ${host.label}`);
     }
     // The origin says ready once host1 is connected, which it is only once the whole chain is.
-    await allReady([sender], ['node-chain origin']);
+    await allReady([sender], [`${leg} origin`]);
     return { sender, relays };
   });
 }

@@ -343,6 +343,8 @@ export function nodeChainHostArgv(input: {
   /** The predecessor's port and this host's: NODE_CHAIN_PORT in the namespaces (an address per host). */
   upstreamPort?: number;
   listenPort?: number;
+  /** Keep pieces as an agent does (`--store`: the store-chain leg). */
+  store?: boolean;
 }): string[] {
   const { node, relay, dir, manifestPath, upstreamAddress, listenAddress } = input;
   const { upstreamPort = NODE_CHAIN_PORT, listenPort = NODE_CHAIN_PORT } = input;
@@ -356,5 +358,6 @@ export function nodeChainHostArgv(input: {
     '--upstream',
     `${upstreamAddress}:${upstreamPort}`,
     ...(listenAddress === undefined ? [] : ['--listen', `${listenAddress}:${listenPort}`]),
+    ...(input.store === true ? ['--store'] : []),
   ];
 }

@@ -19,7 +19,15 @@ const MiB = 1024 * 1024;
  * `swarm-warm` is the older measurement (long-running agents, warmed up, asked through their local
  * API, then `pull --agent` copies out); `bittorrent` and `chain` are the baseline and the ceiling.
  */
-export const LEGS = ['naive', 'swarm', 'swarm-warm', 'bittorrent', 'chain', 'node-chain'] as const;
+export const LEGS = [
+  'naive',
+  'swarm',
+  'swarm-warm',
+  'bittorrent',
+  'chain',
+  'node-chain',
+  'store-chain',
+] as const;
 export type Leg = (typeof LEGS)[number];
 /** At most this many rounds: each takes minutes. */
 const ROUNDS_MAX = 20;
@@ -130,7 +138,8 @@ export const USAGE = [
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
   '      when the clock starts and `weightcast pull --agent` once it listens; swarm-warm: warmed-up agents',
   '      asked through their local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker;',
-  "      chain: socat + tee relay; node-chain: the same with a minimal Node.js relay (Node's CPU floor)",
+  "      chain: socat + tee relay; node-chain: the same with a minimal Node.js relay (Node's CPU floor);",
+  "      store-chain: the node-chain keeping pieces as an agent does (the piece store's cost at the links' pace)",
   "  --rounds N (1; every leg N times, alternating: each round's rows, then the medians of the comparisons)",
   '  --pull-start listening|launch (listening; swarm: each pull starts once its agent listens, or with it)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',

@@ -59,14 +59,25 @@ function start(argv: string[]): { child: ChildProcess; done: Promise<Ran> } {
 }
 
 /** origin (serving `originDir`) -> host1 -> host2 on loopback; the three processes' ends. */
-async function chain(originDir: string, label: string): Promise<{ runs: Ran[]; dirs: string[] }> {
+async function chain(
+  originDir: string,
+  label: string,
+  store: boolean,
+): Promise<{ runs: Ran[]; dirs: string[] }> {
   const { manifestPath } = model;
   const [originPort, firstPort] = [await freePort(), await freePort()];
   const dirs = [join(work.path, `${label}-1`), join(work.path, `${label}-2`)];
   // The leg's own command lines, on loopback ports.
-  const common = { node: process.execPath, relay: RELAY, manifestPath };
+  const common = { node: process.execPath, relay: RELAY, manifestPath, store };
   const origin = start(
-    nodeChainOriginArgv({ ...common, modelDir: originDir, address: '127.0.0.1', port: originPort }),
+    nodeChainOriginArgv({
+      node: process.execPath,
+      relay: RELAY,
+      manifestPath,
+      modelDir: originDir,
+      address: '127.0.0.1',
+      port: originPort,
+    }),
   );
   const first = start(
     nodeChainHostArgv({
@@ -98,29 +109,33 @@ async function chain(originDir: string, label: string): Promise<{ runs: Ran[]; d
   return { runs, dirs };
 }
 
-describe('the node-chain relay', () => {
-  it('takes every host a byte-identical copy, verified piece by piece', async () => {
-    const { runs, dirs } = await chain(model.modelDir, 'ok');
-    for (const run of runs) assert.equal(run.code, 0, run.stderr);
-    for (const run of runs.slice(1)) assert.equal(run.stdout.trim(), NODE_CHAIN_RECEIVED_LINE);
-    for (const dir of dirs) assert.ok(await sameFiles(model.modelDir, dir, model.paths), dir);
-  });
+for (const store of [false, true])
+  describe(
+    store ? 'the store-chain relay (--store: pieces kept as an agent keeps them)' : 'the node-chain relay',
+    () => {
+      it('takes every host a byte-identical copy, verified piece by piece', async () => {
+        const { runs, dirs } = await chain(model.modelDir, `ok-${store}`, store);
+        for (const run of runs) assert.equal(run.code, 0, run.stderr);
+        for (const run of runs.slice(1)) assert.equal(run.stdout.trim(), NODE_CHAIN_RECEIVED_LINE);
+        for (const dir of dirs) assert.ok(await sameFiles(model.modelDir, dir, model.paths), dir);
+      });
 
-  it('a host whose bytes do not match the manifest exits 1 and does not say it received the model', async () => {
-    // The origin serves a copy with one byte changed in the second piece of a file of several.
-    const damaged = join(work.path, 'damaged');
-    await cp(model.modelDir, damaged, { recursive: true });
-    const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
-    assert.ok(file !== undefined);
-    const bytes = await readFile(join(damaged, file.path));
-    bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
-    await writeFile(join(damaged, file.path), bytes);
-    const { runs } = await chain(damaged, 'wrong');
-    const [, first, second] = runs;
-    assert.equal(first?.code, 1, JSON.stringify(runs));
-    assert.match(first?.stderr ?? '', /1 of \d+ pieces do not match the manifest/);
-    // host2 finds the same piece wrong, or loses its upstream first: either way no copy is claimed.
-    assert.equal(second?.code, 1);
-    for (const run of runs.slice(1)) assert.doesNotMatch(run.stdout, /received/);
-  });
-});
+      it('a host whose bytes do not match the manifest exits 1 and does not say it received the model', async () => {
+        // The origin serves a copy with one byte changed in the second piece of a file of several.
+        const damaged = join(work.path, `damaged-${store}`);
+        await cp(model.modelDir, damaged, { recursive: true });
+        const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
+        assert.ok(file !== undefined);
+        const bytes = await readFile(join(damaged, file.path));
+        bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
+        await writeFile(join(damaged, file.path), bytes);
+        const { runs } = await chain(damaged, `wrong-${store}`, store);
+        const [, first, second] = runs;
+        assert.equal(first?.code, 1, JSON.stringify(runs));
+        assert.match(first?.stderr ?? '', /1 of \d+ pieces do not match the manifest/);
+        // host2 finds the same piece wrong, or loses its upstream first: either way no copy is claimed.
+        assert.equal(second?.code, 1);
+        for (const run of runs.slice(1)) assert.doesNotMatch(run.stdout, /received/);
+      });
+    },
+  );
