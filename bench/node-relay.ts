@@ -164,23 +164,22 @@ async function relay(
   let filled = 0;
   let received = 0;
   let paused = false;
-  let upstream: Socket | undefined;
-  /** The upstream socket's mark, made once it is connected. */
-  const marks: { lowWater?: ReceiveLowWater } = {};
+  /** The upstream socket and its mark, once it is connected. */
+  const marks: { upstream?: Socket; lowWater?: ReceiveLowWater } = {};
 
   const finish = (): void => {
     placement.close();
     if (placement.mismatches > 0 || placement.piecesDone !== pieces)
       fail(`${placement.mismatches} of ${pieces} pieces do not match the manifest`);
     process.stdout.write(`${NODE_CHAIN_RECEIVED_LINE}\n`);
-    upstream?.destroy();
+    marks.upstream?.destroy();
     if (down === undefined) process.exit(0);
     down.end(() => process.exit(0));
   };
   const resumeIfFree = (): void => {
     if (!paused || (unwritten[current] ?? 0) > 0) return;
     paused = false;
-    upstream?.resume();
+    marks.upstream?.resume();
   };
   const onRead = (count: number): boolean => {
     const index = current;
@@ -212,7 +211,8 @@ async function relay(
     return true;
   };
 
-  upstream = await connectUpstream(up, () => (ring[current] as Buffer).subarray(filled), onRead);
+  const upstream = await connectUpstream(up, () => (ring[current] as Buffer).subarray(filled), onRead);
+  marks.upstream = upstream;
   marks.lowWater = new ReceiveLowWater(upstream);
   upstream.setTimeout(IDLE_TIMEOUT_MS, () => fail(`upstream silent for ${IDLE_TIMEOUT_MS} ms`));
   upstream.on('error', (error) => fail(`upstream: ${error.message}`));
@@ -257,8 +257,8 @@ async function storeRelay(
   let paused = false;
   let stored = 0;
   let corrupt = 0;
-  let upstream: Socket | undefined;
-  const marks: { lowWater?: ReceiveLowWater } = {};
+  /** The upstream socket and its mark, once it is connected. */
+  const marks: { upstream?: Socket; lowWater?: ReceiveLowWater } = {};
 
   const finishIfDone = (): void => {
     if (stored + corrupt < map.pieceCount) return;
@@ -266,7 +266,7 @@ async function storeRelay(
       () => {
         if (corrupt > 0) fail(`${corrupt} of ${map.pieceCount} pieces do not match the manifest`);
         process.stdout.write(`${NODE_CHAIN_RECEIVED_LINE}\n`);
-        upstream?.destroy();
+        marks.upstream?.destroy();
         if (down === undefined) process.exit(0);
         down.end(() => process.exit(0));
       },
@@ -277,7 +277,7 @@ async function storeRelay(
     busy[index] = (busy[index] ?? 1) - 1;
     if (paused && index === current && busy[index] === 0) {
       paused = false;
-      upstream?.resume();
+      marks.upstream?.resume();
     }
   };
   const onRead = (count: number): boolean => {
@@ -319,7 +319,12 @@ async function storeRelay(
     return true;
   };
 
-  upstream = await connectUpstream(up, () => (buffers[current] as Buffer).subarray(filled, length), onRead);
+  const upstream = await connectUpstream(
+    up,
+    () => (buffers[current] as Buffer).subarray(filled, length),
+    onRead,
+  );
+  marks.upstream = upstream;
   marks.lowWater = new ReceiveLowWater(upstream);
   upstream.setTimeout(IDLE_TIMEOUT_MS, () => fail(`upstream silent for ${IDLE_TIMEOUT_MS} ms`));
   upstream.on('error', (error) => fail(`upstream: ${error.message}`));
