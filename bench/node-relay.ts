@@ -15,6 +15,7 @@
  *     at its file's offset (a positioned write on this thread, through the page cache) and forwarded
  *     downstream from the same buffer; a buffer is read into again once its forward is written.
  *     Prints NODE_CHAIN_RECEIVED_LINE once every byte arrived and every piece matched the manifest.
+ *     With --store (the store-chain leg) each piece is kept as an agent keeps it instead: see storeRelay.
  *
  * Each process runs until its stream ends; every wait is bounded (CONNECT_TRIES, IDLE_TIMEOUT_MS).
  */
