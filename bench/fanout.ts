@@ -54,7 +54,7 @@ import {
 } from '../src/swarm/scheduler/transfer-units.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/units.js';
-import { bittorrentLeg, chainLeg, nodeChainLeg } from './netns/baseline-legs.js';
+import { bittorrentLeg, chainLeg, nodeChainLeg, storeRingLeg } from './netns/baseline-legs.js';
 import { cgroupProblem, CgroupTree } from './netns/cgroup.js';
 import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit } from './netns/children.js';
 import { NGINX_PORT, nginxArgv, nginxOriginConfig, userPullArgv } from './netns/commands.js';
@@ -813,7 +813,7 @@ interface Report {
 
 function predictionFor(leg: string, report: Report): { seconds: number; source: string } | undefined {
   if (leg === 'naive') return { seconds: report.naiveFluidSeconds, source: 'fluid N*S/U' };
-  if (leg === 'chain' || leg === 'node-chain' || leg === 'store-chain')
+  if (leg === 'chain' || leg === 'node-chain' || leg === 'store-chain' || leg === 'store-ring')
     return { seconds: report.chainFluidSeconds, source: 'fluid S/B' };
   if (leg.startsWith('swarm') && typeof report.sim !== 'string')
     return { seconds: report.sim.tLastSeconds, source: 'sim' };
@@ -959,6 +959,13 @@ function printNotes(report: Report): void {
         "journalled, files synced and renamed); what the piece store adds to Node's floor at the links' pace.",
     );
   }
+  if (names.has('store-ring')) {
+    console.log(
+      'store-ring: the ring all-gather proposed for healthy swarms (bench/ring-relay.ts): host i takes the pieces ' +
+        'p mod N = i from the origin and the rest from host i-1, keeps each as an agent does (as store-chain), then ' +
+        'pushes it on to host i+1 (a 4-byte piece number per piece; no scheduler, no request or report per piece).',
+    );
+  }
   if (report.mode === 'netns') {
     console.log(
       `tc counts packet headers: TCP payload tops out near ${tcpPayloadShare(report.mtu).toFixed(3)} x each cap at MTU ${report.mtu}, ` +
@@ -1095,6 +1102,7 @@ async function main(argv: readonly string[]): Promise<number> {
           chain: async () => [await chainLeg(context)],
           'node-chain': async () => [await nodeChainLeg(context)],
           'store-chain': async () => [await nodeChainLeg(context, true)],
+          'store-ring': async () => [await storeRingLeg(context)],
         };
         for (const leg of options.legs) {
           for (const measurement of await legs[leg]())

@@ -23,51 +23,28 @@
 import { createHash, type Hash } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { createReadStream } from 'node:fs';
-import { connect, createServer, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { parseManifest, type Manifest } from '../src/manifest/manifest.js';
 import { ReceiveLowWater } from '../src/util/receive-low-water.js';
 import { PieceMap } from '../src/piece/piece-map.js';
-import { PieceStore } from '../src/piece/store.js';
-import { enableDirectIo, pieceBuffer } from '../src/piece/direct-io.js';
+import { pieceBuffer } from '../src/piece/direct-io.js';
 import { NODE_CHAIN_RECEIVED_LINE } from './netns/commands.js';
+import {
+  IDLE_TIMEOUT_MS,
+  acceptOne,
+  connectUpstream,
+  endpoint,
+  fail,
+  openAgentLikeStore,
+} from './relay-net.js';
 
 const BUFFER_BYTES = 1024 * 1024;
 /** Piece buffers of a `--store` relay: an agent keeps about as many (downloads and recent pieces). */
 const PIECE_BUFFERS = 8;
 const RING_BUFFERS = 8;
-const CONNECT_TRIES = 100;
-const CONNECT_RETRY_MS = 50;
-const IDLE_TIMEOUT_MS = 30_000;
-
-function fail(message: string): never {
-  process.stderr.write(`node-relay: ${message}\n`);
-  process.exit(1);
-}
-
-function endpoint(text: string | undefined, flag: string): { host: string; port: number } {
-  const match = /^(.+):(\d+)$/.exec(text ?? '');
-  if (match === null) fail(`${flag} takes ADDRESS:PORT`);
-  return { host: match[1] ?? '', port: Number(match[2]) };
-}
-
-/** Listens at `at` for one connection (then stops listening), within IDLE_TIMEOUT_MS. */
-function acceptOne(at: { host: string; port: number }): Promise<Socket> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => fail(`nobody connected to ${at.host}:${at.port}`), IDLE_TIMEOUT_MS);
-    const server = createServer((socket) => {
-      clearTimeout(timer);
-      server.close();
-      socket.setNoDelay(true);
-      socket.on('error', (error) => fail(`downstream: ${error.message}`));
-      resolve(socket);
-    });
-    server.on('error', (error) => fail(`listening at ${at.host}:${at.port}: ${error.message}`));
-    server.listen(at.port, at.host);
-  });
-}
 
 async function origin(
   modelDir: string,
@@ -237,16 +214,7 @@ async function storeRelay(
   listen: { host: string; port: number } | undefined,
 ): Promise<void> {
   const map = new PieceMap(manifest);
-  mkdirSync(dir, { recursive: true });
-  const store = await PieceStore.open(map, {
-    dataDir: join(dir, '.weightcast', 'partial'),
-    stateDir: join(dir, '.weightcast', 'state'),
-    finalDir: dir,
-    directIo: enableDirectIo(dir),
-    checkSpace: true,
-    inlineWrites: true,
-    hashThreads: 0,
-  });
+  const store = await openAgentLikeStore(map, dir);
   const down = listen === undefined ? undefined : await acceptOne(listen);
   const buffers = Array.from({ length: PIECE_BUFFERS }, () => pieceBuffer(map.pieceSize));
   /** Forwards not yet written and puts not yet done, per buffer. */
@@ -332,24 +300,6 @@ async function storeRelay(
   upstream.on('end', () => {
     if (piece < map.pieceCount) fail(`upstream ended at piece ${piece} of ${map.pieceCount}`);
   });
-}
-
-/** Connects to the predecessor (it may still be starting: CONNECT_TRIES), reading with `onread`. */
-async function connectUpstream(
-  up: { host: string; port: number },
-  buffer: () => Uint8Array,
-  callback: (count: number) => boolean,
-): Promise<Socket> {
-  for (let attempt = 1; ; attempt++) {
-    const socket = await new Promise<Socket | undefined>((resolve) => {
-      const made = connect({ host: up.host, port: up.port, onread: { buffer, callback } });
-      made.once('connect', () => resolve(made));
-      made.once('error', () => resolve(undefined));
-    });
-    if (socket !== undefined) return socket;
-    if (attempt >= CONNECT_TRIES) fail(`cannot connect to ${up.host}:${up.port}`);
-    await new Promise((resolve) => setTimeout(resolve, CONNECT_RETRY_MS));
-  }
 }
 
 async function main(): Promise<void> {

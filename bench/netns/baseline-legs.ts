@@ -38,6 +38,8 @@ import {
   NODE_CHAIN_RECEIVED_LINE,
   nodeChainHostArgv,
   nodeChainOriginArgv,
+  storeRingHostArgv,
+  storeRingOriginArgv,
   opentrackerArgv,
   parseInfoHash,
   parseScrapeSeeds,
@@ -343,6 +345,62 @@ export async function nodeChainLeg(context: LegContext, store = false): Promise<
       if (!last) await waitListening(hostSet, host, NODE_CHAIN_PORT, `${leg} on ${host.label}`);
     }
     // The origin says ready once host1 is connected, which it is only once the whole chain is.
+    await allReady([sender], [`${leg} origin`]);
+    return { sender, relays };
+  });
+}
+
+/** The store-ring's program (dist/bench/ring-relay.js). */
+const RING_RELAY = fileURLToPath(new URL('../ring-relay.js', import.meta.url));
+
+/**
+ * The store-ring: the ring all-gather proposed for healthy swarms, from the piece store alone
+ * (bench/ring-relay.ts): host i takes the pieces p with p mod N = i from the origin and the rest from
+ * host i-1, keeps each as an agent does, then pushes it on to host i+1.
+ */
+export async function storeRingLeg(context: LegContext): Promise<LegMeasurement> {
+  const leg = 'store-ring';
+  if (context.hostSet.mode !== 'netns') return skipped(leg, 'needs the netns testbed (root and ip netns)');
+  const { hostSet, model } = context;
+  const hosts = hostSet.hosts.length;
+  return relayChainLeg(context, leg, NODE_CHAIN_RECEIVED_LINE, async (meter, children, dirs) => {
+    const sender = spawnLogged(
+      context,
+      hostSet.origin.ns,
+      storeRingOriginArgv({
+        node: context.node,
+        relay: RING_RELAY,
+        modelDir: model.dir,
+        manifestPath: model.manifestPath,
+        address: hostSet.origin.address,
+        hosts,
+      }),
+      `${leg}-origin`,
+    );
+    children.push(sender);
+    await meter.adopt([sender], 'sender');
+    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, `${leg} origin`);
+    const relays: ChildProcess[] = [];
+    for (const [index, host] of hostSet.hosts.entries()) {
+      const predecessor = hostSet.hosts[(index + hosts - 1) % hosts];
+      const argv = storeRingHostArgv({
+        node: context.node,
+        relay: RING_RELAY,
+        dir: dirs[index] ?? '',
+        manifestPath: model.manifestPath,
+        hosts,
+        index,
+        origin: `${hostSet.origin.address}:${NODE_CHAIN_PORT}`,
+        upstream: `${predecessor?.address ?? ''}:${NODE_CHAIN_PORT}`,
+        listen: `${host.address}:${NODE_CHAIN_PORT}`,
+      });
+      relays.push(
+        await startService(context, meter, children, host.ns, argv, `${leg}-${host.label}`, {
+          role: 'relays',
+        }),
+      );
+    }
+    // The origin says ready once every host is connected, which each is only once its ring links are.
     await allReady([sender], [`${leg} origin`]);
     return { sender, relays };
   });

@@ -313,6 +313,51 @@ export function parseSsRttsMs(ssOutput: string): number[] {
 }
 
 /**
+ * The store-ring leg's origin (bench/ring-relay.ts): it listens for all `hosts`, says `ready` once
+ * every one is connected (each only once its ring links are up), and sends each host its pieces when
+ * its stdin says go.
+ */
+export function storeRingOriginArgv(input: {
+  node: string;
+  relay: string;
+  modelDir: string;
+  manifestPath: string;
+  address: string;
+  hosts: number;
+  /** NODE_CHAIN_PORT in the namespaces; a free one on loopback (tests). */
+  port?: number;
+}): string[] {
+  const { node, relay, modelDir, manifestPath, address, hosts, port = NODE_CHAIN_PORT } = input;
+  return [
+    ...[node, relay, '--origin', modelDir, '--manifest', manifestPath],
+    ...['--listen', `${address}:${port}`, '--hosts', String(hosts)],
+  ];
+}
+
+/**
+ * A store-ring host `index` of `hosts`: it listens for its successor at `listen`, connects to its
+ * predecessor at `upstream` and then to the origin, and keeps and pushes on pieces
+ * (bench/ring-relay.ts). Addresses are ADDRESS:PORT.
+ */
+export function storeRingHostArgv(input: {
+  node: string;
+  relay: string;
+  dir: string;
+  manifestPath: string;
+  hosts: number;
+  index: number;
+  origin: string;
+  upstream: string;
+  listen: string;
+}): string[] {
+  const { node, relay, dir, manifestPath, hosts, index, origin, upstream, listen } = input;
+  return [
+    ...[node, relay, '--relay', dir, '--manifest', manifestPath, '--hosts', String(hosts)],
+    ...['--index', String(index), '--origin', origin, '--upstream', upstream, '--listen', listen],
+  ];
+}
+
+/**
  * The node-chain leg's origin (bench/node-relay.ts): it listens for host1, says `ready` once host1 is
  * connected, and sends the model's files in the manifest's order when its stdin says go.
  */

@@ -27,6 +27,7 @@ export const LEGS = [
   'chain',
   'node-chain',
   'store-chain',
+  'store-ring',
 ] as const;
 export type Leg = (typeof LEGS)[number];
 /** At most this many rounds: each takes minutes. */
@@ -139,7 +140,8 @@ export const USAGE = [
   '      when the clock starts and `weightcast pull --agent` once it listens; swarm-warm: warmed-up agents',
   '      asked through their local API, then `pull --agent` copies out; bittorrent: aria2c + opentracker;',
   "      chain: socat + tee relay; node-chain: the same with a minimal Node.js relay (Node's CPU floor);",
-  "      store-chain: the node-chain keeping pieces as an agent does (the piece store's cost at the links' pace)",
+  "      store-chain: the node-chain keeping pieces as an agent does (the piece store's cost at the links' pace);",
+  '      store-ring: the ring all-gather proposed for healthy swarms, built from the piece store alone',
   "  --rounds N (1; every leg N times, alternating: each round's rows, then the medians of the comparisons)",
   '  --pull-start listening|launch (listening; swarm: each pull starts once its agent listens, or with it)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',

@@ -14,10 +14,14 @@ import {
   NODE_CHAIN_RECEIVED_LINE,
   nodeChainHostArgv,
   nodeChainOriginArgv,
+  storeRingHostArgv,
+  storeRingOriginArgv,
 } from '../../bench/netns/commands.js';
 import { freePort, sameFiles, smallModelWithManifest, tempDir } from '../helpers/fixtures.js';
 
-const RELAY = join(resolve(fileURLToPath(import.meta.url), '../../..'), 'bench', 'node-relay.js');
+const BENCH = join(resolve(fileURLToPath(import.meta.url), '../../..'), 'bench');
+const RELAY = join(BENCH, 'node-relay.js');
+const RING_RELAY = join(BENCH, 'ring-relay.js');
 const EXIT_WAIT_MS = 30_000;
 
 let work: { path: string; cleanup: () => Promise<void> };
@@ -139,3 +143,68 @@ for (const store of [false, true])
       });
     },
   );
+
+/** The store-ring on loopback: an origin and `hosts` relays in a ring; the processes' ends. */
+async function ring(
+  originDir: string,
+  label: string,
+  hosts: number,
+): Promise<{ runs: Ran[]; dirs: string[] }> {
+  const { manifestPath } = model;
+  const originPort = await freePort();
+  const ports = await Promise.all(Array.from({ length: hosts }, () => freePort()));
+  const dirs = ports.map((_, index) => join(work.path, `${label}-${index}`));
+  const common = { node: process.execPath, relay: RING_RELAY, manifestPath, hosts };
+  const origin = start(
+    storeRingOriginArgv({ ...common, modelDir: originDir, address: '127.0.0.1', port: originPort }),
+  );
+  const relays = dirs.map((dir, index) =>
+    start(
+      storeRingHostArgv({
+        ...common,
+        dir,
+        index,
+        origin: `127.0.0.1:${originPort}`,
+        upstream: `127.0.0.1:${ports[(index + hosts - 1) % hosts] ?? 0}`,
+        listen: `127.0.0.1:${ports[index] ?? 0}`,
+      }),
+    ),
+  );
+  let said = '';
+  for await (const chunk of origin.child.stdout as AsyncIterable<Buffer>) {
+    said += chunk.toString();
+    if (said.includes('ready\n')) break;
+  }
+  origin.child.stdin?.end('go\n');
+  const runs = await Promise.all([origin.done, ...relays.map((relay) => relay.done)]);
+  return { runs, dirs };
+}
+
+describe('the store-ring relay (bench/ring-relay.ts)', () => {
+  it('takes every host a byte-identical copy: its own pieces from the origin, the rest around the ring', async () => {
+    const { runs, dirs } = await ring(model.modelDir, 'ring', 3);
+    for (const run of runs) assert.equal(run.code, 0, run.stderr);
+    for (const run of runs.slice(1)) assert.equal(run.stdout.trim(), NODE_CHAIN_RECEIVED_LINE);
+    for (const dir of dirs) assert.ok(await sameFiles(model.modelDir, dir, model.paths), dir);
+  });
+
+  it('a piece that does not match the manifest stops the host it enters at, and no host claims the copy', async () => {
+    const damaged = join(work.path, 'damaged-ring');
+    await cp(model.modelDir, damaged, { recursive: true });
+    const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
+    assert.ok(file !== undefined);
+    const bytes = await readFile(join(damaged, file.path));
+    bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
+    await writeFile(join(damaged, file.path), bytes);
+    const { runs } = await ring(damaged, 'ring-wrong', 3);
+    const relays = runs.slice(1);
+    assert.ok(
+      relays.some((run) => run.code === 1 && /do not match the manifest/.test(run.stderr)),
+      JSON.stringify(relays),
+    );
+    for (const run of relays) {
+      assert.equal(run.code, 1, run.stderr);
+      assert.doesNotMatch(run.stdout, /received/);
+    }
+  });
+});

@@ -1,5 +1,5 @@
 /**
- * The BitTorrent, chain, node-chain and store-chain legs of bench:fanout on a small netns testbed: the command
+ * The BitTorrent, chain, node-chain, store-chain and store-ring legs of bench:fanout on a small netns testbed: the command
  * lines built in `bench/netns/commands.ts` really move a verified copy to every host (aria2c,
  * opentracker and mktorrent; socat, tee and tar; bench/node-relay.ts). Needs root, `ip netns` and Debian's tools; skipped (with the
  * reason) anywhere else. Checks behaviour, not timings.
@@ -17,7 +17,7 @@ import { netnsProblem } from '../../bench/netns/testbed.js';
 
 const FANOUT = join(resolve(fileURLToPath(import.meta.url), '../../..'), 'bench', 'fanout.js');
 
-test('netns: the BitTorrent, chain, node-chain and store-chain legs deliver a verified copy to every host', async (t) => {
+test('netns: the BitTorrent, chain, node-chain, store-chain and store-ring legs deliver a verified copy to every host', async (t) => {
   const problem = await netnsProblem();
   if (problem !== undefined) {
     t.skip(`needs root and ip netns: ${problem}`);
@@ -28,7 +28,7 @@ test('netns: the BitTorrent, chain, node-chain and store-chain legs deliver a ve
     t.skip(`${missing.join(', ')} not installed (${BASELINE_INSTALL_HINT})`);
     return;
   }
-  const legs = 'bittorrent,chain,node-chain,store-chain';
+  const legs = 'bittorrent,chain,node-chain,store-chain,store-ring';
   const { stdout } = await promisify(execFile)(
     process.execPath,
     [FANOUT, '--hosts', '2', '--size-mb', '4', '--mbps', '100', '--legs', legs, '--json'],
@@ -39,13 +39,13 @@ test('netns: the BitTorrent, chain, node-chain and store-chain legs deliver a ve
     legs?: Array<{ leg: string; hostsFinished: number; hostsVerified: number; originRatio: number }>;
   };
   assert.equal(report.mode, 'netns', stdout);
-  for (const name of ['bittorrent', 'chain', 'node-chain', 'store-chain']) {
+  for (const name of ['bittorrent', 'chain', 'node-chain', 'store-chain', 'store-ring']) {
     const leg = report.legs?.find((candidate) => candidate.leg === name);
     assert.ok(leg !== undefined, `${name}: ${stdout}`);
     assert.equal(leg.hostsFinished, 2, name);
     assert.equal(leg.hostsVerified, 2, name);
   }
-  for (const name of ['chain', 'node-chain', 'store-chain']) {
+  for (const name of ['chain', 'node-chain', 'store-chain', 'store-ring']) {
     const chain = report.legs?.find((leg) => leg.leg === name);
     assert.ok(chain !== undefined && chain.originRatio < 1.2, `the ${name}'s origin sends the model once`);
   }
