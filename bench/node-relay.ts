@@ -39,6 +39,7 @@ import {
   endpoint,
   fail,
   openAgentLikeStore,
+  readyThenWait,
 } from './relay-net.js';
 
 const BUFFER_BYTES = 1024 * 1024;
@@ -52,13 +53,7 @@ async function origin(
   at: { host: string; port: number },
 ): Promise<void> {
   const down = await acceptOne(at);
-  process.stdout.write('ready\n');
-  await new Promise<void>((resolve) =>
-    process.stdin.once('data', () => {
-      process.stdin.destroy();
-      resolve();
-    }),
-  );
+  await readyThenWait();
   for (const file of manifest.files) {
     await pipeline(createReadStream(join(modelDir, file.path), { highWaterMark: BUFFER_BYTES }), down, {
       end: false,

@@ -81,3 +81,14 @@ export async function openAgentLikeStore(map: PieceMap, dir: string): Promise<Pi
     hashThreads: 0,
   });
 }
+
+/** Says `ready`, then waits for a line on stdin: the leg's clock starting. */
+export async function readyThenWait(): Promise<void> {
+  process.stdout.write('ready\n');
+  await new Promise<void>((resolve) =>
+    process.stdin.once('data', () => {
+      process.stdin.destroy();
+      resolve();
+    }),
+  );
+}

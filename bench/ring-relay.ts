@@ -38,6 +38,7 @@ import {
   endpoint,
   fail,
   openAgentLikeStore,
+  readyThenWait,
 } from './relay-net.js';
 
 const HEAD_BYTES = 4;
@@ -83,13 +84,7 @@ async function origin(modelDir: string, manifest: Manifest, at: Endpoint, hosts:
     server.on('error', (error) => fail(`listening at ${at.host}:${at.port}: ${error.message}`));
     server.listen(at.port, at.host);
   });
-  process.stdout.write('ready\n');
-  await new Promise<void>((resolve) =>
-    process.stdin.once('data', () => {
-      process.stdin.destroy();
-      resolve();
-    }),
-  );
+  await readyThenWait();
   const files = await Promise.all(manifest.files.map((file) => openFile(join(modelDir, file.path), 'r')));
   await Promise.all(byIndex.map((socket, index) => sendClass(map, files, socket as Socket, index, hosts)));
   await Promise.all(files.map((file) => file.close()));

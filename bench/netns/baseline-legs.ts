@@ -295,6 +295,25 @@ export async function chainLeg(context: LegContext): Promise<LegMeasurement> {
   });
 }
 
+/**
+ * Starts a Node.js relay leg's origin program on the origin's host, in the leg's cgroup as its
+ * sender, and waits until it listens on NODE_CHAIN_PORT.
+ */
+async function startRelayOrigin(
+  context: LegContext,
+  meter: LegMeter,
+  children: ChildProcess[],
+  leg: string,
+  argv: string[],
+): Promise<ChildProcess> {
+  const { hostSet } = context;
+  const sender = spawnLogged(context, hostSet.origin.ns, argv, `${leg}-origin`);
+  children.push(sender);
+  await meter.adopt([sender], 'sender');
+  await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, `${leg} origin`);
+  return sender;
+}
+
 /** The node-chain's program, beside this directory in the build (dist/bench/node-relay.js). */
 const NODE_RELAY = fileURLToPath(new URL('../node-relay.js', import.meta.url));
 
@@ -309,9 +328,11 @@ export async function nodeChainLeg(context: LegContext, store = false): Promise<
   return relayChainLeg(context, leg, NODE_CHAIN_RECEIVED_LINE, async (meter, children, dirs) => {
     // The origin listens first; each host listens for its successor before the next one starts, and
     // connects to its predecessor once its successor is there, so the chain forms from the last host.
-    const sender = spawnLogged(
+    const sender = await startRelayOrigin(
       context,
-      hostSet.origin.ns,
+      meter,
+      children,
+      leg,
       nodeChainOriginArgv({
         node: context.node,
         relay: NODE_RELAY,
@@ -319,11 +340,7 @@ export async function nodeChainLeg(context: LegContext, store = false): Promise<
         manifestPath: model.manifestPath,
         address: hostSet.origin.address,
       }),
-      `${leg}-origin`,
     );
-    children.push(sender);
-    await meter.adopt([sender], 'sender');
-    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, `${leg} origin`);
     const relays: ChildProcess[] = [];
     for (const [index, host] of hostSet.hosts.entries()) {
       const upstream = index === 0 ? hostSet.origin : hostSet.hosts[index - 1];
@@ -364,9 +381,11 @@ export async function storeRingLeg(context: LegContext): Promise<LegMeasurement>
   const { hostSet, model } = context;
   const hosts = hostSet.hosts.length;
   return relayChainLeg(context, leg, NODE_CHAIN_RECEIVED_LINE, async (meter, children, dirs) => {
-    const sender = spawnLogged(
+    const sender = await startRelayOrigin(
       context,
-      hostSet.origin.ns,
+      meter,
+      children,
+      leg,
       storeRingOriginArgv({
         node: context.node,
         relay: RING_RELAY,
@@ -375,11 +394,7 @@ export async function storeRingLeg(context: LegContext): Promise<LegMeasurement>
         address: hostSet.origin.address,
         hosts,
       }),
-      `${leg}-origin`,
     );
-    children.push(sender);
-    await meter.adopt([sender], 'sender');
-    await waitListening(hostSet, hostSet.origin, NODE_CHAIN_PORT, `${leg} origin`);
     const relays: ChildProcess[] = [];
     for (const [index, host] of hostSet.hosts.entries()) {
       const predecessor = hostSet.hosts[(index + hosts - 1) % hosts];

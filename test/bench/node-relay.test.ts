@@ -62,6 +62,28 @@ function start(argv: string[]): { child: ChildProcess; done: Promise<Ran> } {
   return { child, done };
 }
 
+/** Waits for the origin's `ready` (every host connected), then starts its clock. */
+async function releaseWhenReady(origin: ChildProcess): Promise<void> {
+  let said = '';
+  for await (const chunk of origin.stdout as AsyncIterable<Buffer>) {
+    said += chunk.toString();
+    if (said.includes('ready\n')) break;
+  }
+  origin.stdin?.end('go\n');
+}
+
+/** A copy of the model with one byte changed in the second piece of a file of several. */
+async function damagedCopy(label: string): Promise<string> {
+  const damaged = join(work.path, label);
+  await cp(model.modelDir, damaged, { recursive: true });
+  const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
+  assert.ok(file !== undefined);
+  const bytes = await readFile(join(damaged, file.path));
+  bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
+  await writeFile(join(damaged, file.path), bytes);
+  return damaged;
+}
+
 /** origin (serving `originDir`) -> host1 -> host2 on loopback; the three processes' ends. */
 async function chain(
   originDir: string,
@@ -103,12 +125,7 @@ async function chain(
     }),
   );
   // The origin says ready once host1 is connected, which host1 is only once host2 is connected to it.
-  let said = '';
-  for await (const chunk of origin.child.stdout as AsyncIterable<Buffer>) {
-    said += chunk.toString();
-    if (said.includes('ready\n')) break;
-  }
-  origin.child.stdin?.end('go\n');
+  await releaseWhenReady(origin.child);
   const runs = await Promise.all([origin.done, first.done, second.done]);
   return { runs, dirs };
 }
@@ -126,13 +143,7 @@ for (const store of [false, true])
 
       it('a host whose bytes do not match the manifest exits 1 and does not say it received the model', async () => {
         // The origin serves a copy with one byte changed in the second piece of a file of several.
-        const damaged = join(work.path, `damaged-${store}`);
-        await cp(model.modelDir, damaged, { recursive: true });
-        const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
-        assert.ok(file !== undefined);
-        const bytes = await readFile(join(damaged, file.path));
-        bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
-        await writeFile(join(damaged, file.path), bytes);
+        const damaged = await damagedCopy(`damaged-${store}`);
         const { runs } = await chain(damaged, `wrong-${store}`, store);
         const [, first, second] = runs;
         assert.equal(first?.code, 1, JSON.stringify(runs));
@@ -170,12 +181,7 @@ async function ring(
       }),
     ),
   );
-  let said = '';
-  for await (const chunk of origin.child.stdout as AsyncIterable<Buffer>) {
-    said += chunk.toString();
-    if (said.includes('ready\n')) break;
-  }
-  origin.child.stdin?.end('go\n');
+  await releaseWhenReady(origin.child);
   const runs = await Promise.all([origin.done, ...relays.map((relay) => relay.done)]);
   return { runs, dirs };
 }
@@ -189,13 +195,7 @@ describe('the store-ring relay (bench/ring-relay.ts)', () => {
   });
 
   it('a piece that does not match the manifest stops the host it enters at, and no host claims the copy', async () => {
-    const damaged = join(work.path, 'damaged-ring');
-    await cp(model.modelDir, damaged, { recursive: true });
-    const file = model.manifest.files.find((candidate) => candidate.pieces.length > 1);
-    assert.ok(file !== undefined);
-    const bytes = await readFile(join(damaged, file.path));
-    bytes[model.manifest.pieceSize + 5] = (bytes[model.manifest.pieceSize + 5] ?? 0) ^ 0xff;
-    await writeFile(join(damaged, file.path), bytes);
+    const damaged = await damagedCopy('damaged-ring');
     const { runs } = await ring(damaged, 'ring-wrong', 3);
     const relays = runs.slice(1);
     assert.ok(
