@@ -23,11 +23,13 @@ import { assert } from '../errors.js';
 import { FALLBACK_ORIGIN_READS_MAX } from '../swarm/core/fallback.js';
 import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
+import { RING_REPORT_MS_DEFAULT, RING_STALL_MS_DEFAULT } from '../swarm/core/ring-plan.js';
 import { ORIGIN, RING_PARENTS_DEFAULT, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
 import { FallbackSim } from './fallback-sim.js';
 import type { FlowEvents } from './flow-events.js';
 import { FluidNetwork, type Endpoint } from './network.js';
+import { RingSim } from './ring-sim.js';
 
 export interface SimOptions {
   hosts: number;
@@ -66,6 +68,16 @@ export interface SimOptions {
   liarHosts?: number;
   /** Hosts that upload corrupt bytes of every piece. Default 0. */
   corruptHosts?: number;
+  /**
+   * Ring mode (swarm/core/ring-plan.ts, ./ring-sim.ts): the hosts form a ring and each pushes its
+   * child every piece it gets; the core plans only first copies, and every host whose ring link
+   * stalls. Not combined with adversaries or a scheduler loss (yet).
+   */
+  ringPush?: boolean;
+  /** Ring mode: a link quiet this long while its parent has more is cut (default RING_STALL_MS_DEFAULT). */
+  ringStallMs?: number;
+  /** Ring mode: how often hosts tell the scheduler of pushed pieces (default RING_REPORT_MS_DEFAULT). */
+  ringReportMs?: number;
 }
 
 export interface SimResult {
@@ -98,6 +110,10 @@ export interface SimResult {
   /** Liars distrusted and corrupt hosts banned at the end, of all adversaries. */
   adversariesCaught: number;
   adversaries: number;
+  /** Ring mode: pieces pushed along the ring (no assignment, request or report of their own). */
+  pushes: number;
+  /** Ring mode: hosts whose ring link was cut by the end. */
+  ringCuts: number;
 }
 
 /** Runs stop after this many times the lower bound, whatever happens. */
@@ -130,6 +146,8 @@ class SimRun {
   private highestTransferId = 0;
   /** Set once the scheduler is gone (options.schedulerLossAtMs). */
   private fallback: FallbackSim | undefined;
+  /** Ring mode (options.ringPush). */
+  private readonly ring: RingSim | undefined;
 
   constructor(options: SimOptions) {
     assert(options.hosts >= 1 && options.totalBytes > 0 && options.pieceBytes > 0, 'simulator options');
@@ -172,6 +190,26 @@ class SimRun {
       ringParents: options.ringParents ?? RING_PARENTS_DEFAULT,
     });
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
+    if (options.ringPush === true) {
+      assert(
+        (options.liarHosts ?? 0) === 0 &&
+          (options.corruptHosts ?? 0) === 0 &&
+          options.schedulerLossAtMs === undefined,
+        'simulator options: ring mode takes no adversaries and no scheduler loss',
+      );
+      this.ring = new RingSim(
+        {
+          hosts: options.hosts,
+          pieceCount: this.pieceCount,
+          latencyMs: options.latencyMs,
+          stallMs: options.ringStallMs ?? RING_STALL_MS_DEFAULT,
+          reportMs: options.ringReportMs ?? RING_REPORT_MS_DEFAULT,
+          pieceBytes: (piece) => this.pieceSize(piece),
+        },
+        this.core,
+        this.network,
+      );
+    }
     this.planAdversaries();
     this.honestHosts = options.hosts - this.liars.size - this.corrupt.size;
     this.failures = this.planFailures();
@@ -204,6 +242,10 @@ class SimRun {
         const failure = this.failures[failureIndex++] as { atMs: number; host: number };
         this.fail(failure.host, failure.atMs);
       }
+      if (this.ring?.tick(next) === true) {
+        for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, next);
+        this.startAssignments(next);
+      }
       const wake = this.fallback === undefined ? this.core.pollTimeout() : undefined;
       if (wake !== undefined && wake < next) {
         this.core.handleTimeout(Math.max(wake, now));
@@ -215,7 +257,8 @@ class SimRun {
       if (
         this.fallback === undefined &&
         this.network.flowCount === 0 &&
-        this.core.pollTimeout() === undefined
+        this.core.pollTimeout() === undefined &&
+        this.ring?.busy !== true
       )
         break;
       // A swarm that stops making progress is reported as incomplete rather than ticked to the limit.
@@ -225,7 +268,12 @@ class SimRun {
   }
 
   private ending(transferId: number, atMs: number): void {
-    // Without a scheduler nobody plans ahead: a member on its own asks when a fetch ends.
+    // Without a scheduler nobody plans ahead: a member on its own asks when a fetch ends. A push is
+    // the core's business only once reported; its parent writes the next one behind it.
+    if (this.ring?.isPush(transferId) === true) {
+      this.ring.pushEnding(atMs, transferId);
+      return;
+    }
     if (this.fallback !== undefined) return;
     this.core.handleTransferEnding(atMs, transferId);
     this.startAssignments(atMs);
@@ -249,6 +297,12 @@ class SimRun {
       this.noteComplete(dst, atMs);
       return;
     }
+    if (this.ring?.isPush(transferId) === true) {
+      this.ring.finishPush(atMs, transferId);
+      this.noteComplete(dst, atMs);
+      return;
+    }
+    const piece = this.pieceOf.get(transferId);
     this.pieceOf.delete(transferId);
     const seconds = Math.max(1e-9, (atMs - events.startAtMs(i)) / 1000);
     const fromPeer = src !== this.originEndpoint;
@@ -257,14 +311,19 @@ class SimRun {
     } else {
       this.core.handleTransfer(atMs, { transferId, outcome: 'verified', bytesPerSecond: bytes / seconds });
     }
+    if (this.ring !== undefined && piece !== undefined) this.ring.gainedByTransfer(atMs, dst, piece);
     for (const cancelled of this.core.pollCancellations()) this.cancel(cancelled, atMs);
-    if (this.core.isComplete(dst)) this.noteComplete(dst, atMs);
+    this.noteComplete(dst, atMs);
     this.startAssignments(atMs);
   }
 
   private noteComplete(host: number, atMs: number): void {
     const complete =
-      this.fallback === undefined ? this.core.isComplete(host) : this.fallback.isComplete(host);
+      this.fallback !== undefined
+        ? this.fallback.isComplete(host)
+        : this.ring !== undefined
+          ? this.ring.isComplete(host)
+          : this.core.isComplete(host);
     if (complete && Number.isNaN(this.completedAt[host]) && !this.failed.has(host) && this.isHonest(host)) {
       this.completedAt[host] = atMs;
       this.completed++;
@@ -328,6 +387,11 @@ class SimRun {
     for (const assignment of this.core.pollAssignments(atMs)) {
       this.pieceOf.set(assignment.transferId, assignment.piece);
       this.highestTransferId = Math.max(this.highestTransferId, assignment.transferId);
+      if (this.ring !== undefined)
+        assert(
+          assignment.transferId < this.ring.lowestPushId,
+          'simulator: transfer ids reached the push ids',
+        );
       const src = assignment.from === ORIGIN ? this.originEndpoint : assignment.from;
       this.network.add(
         assignment.transferId,
@@ -348,6 +412,7 @@ class SimRun {
     for (const transferId of this.network.flowsOf(host)) this.drop(transferId, atMs);
     if (this.fallback !== undefined) return;
     this.core.removeHost(atMs, host);
+    this.ring?.leave(atMs, host);
     this.startAssignments(atMs);
   }
 
@@ -450,6 +515,8 @@ class SimRun {
       tickMs,
       fallbackTransfers: this.fallback?.transfers ?? 0,
       fallbackBusy: this.fallback?.busy ?? 0,
+      pushes: this.ring?.pushes ?? 0,
+      ringCuts: this.ring?.cuts ?? 0,
       ...this.blame(),
     };
   }

@@ -227,3 +227,61 @@ test('a run of more than 1024 transfers per transfer slot completes (transfer id
   assert.equal(result.hostsCompleted, 4, `seed ${seed}`);
   assert.ok(result.transfers >= 4 * 16_384, `seed ${seed}: ${result.transfers} transfers`);
 });
+
+test('ring mode: one ring of 8 gets every piece from the origin once and pushes the rest, with no per-piece exchange', () => {
+  const seed = 41;
+  const pieceBytes = 512 * 1024;
+  const run = (ringPush: boolean) =>
+    simulate(
+      options({
+        seed,
+        hosts: 8,
+        totalBytes: 128 * MiB,
+        pieceBytes,
+        hostBytesPerSecond: 25e6,
+        originBytesPerSecond: 25e6,
+        ringPush,
+      }),
+    );
+  const ring = run(true);
+  assert.deepEqual(run(true), ring, `seed ${seed} did not replay`);
+  assert.equal(ring.incomplete, false, `seed ${seed}`);
+  assert.equal(ring.hostsCompleted, 8);
+  const pieces = (128 * MiB) / pieceBytes;
+  assert.equal(ring.transfers, pieces, `seed ${seed}: only the origin's first copies are planned per piece`);
+  assert.equal(ring.pushes, 7 * pieces, `seed ${seed}: every other copy is pushed`);
+  assert.ok(ring.originRatio <= 1.001, `seed ${seed}: origin sent ${ring.originRatio} x S`);
+  assert.equal(ring.ringCuts, 0);
+  const perPiece = run(false);
+  assert.equal(perPiece.pushes, 0);
+  assert.ok(
+    ring.tLastMs <= perPiece.tLastMs * 1.05,
+    `seed ${seed}: ring ${ring.tLastMs} ms against per piece ${perPiece.tLastMs} ms`,
+  );
+});
+
+test('ring mode: hosts that fail are bridged, and 40 hosts in three rings all complete', () => {
+  for (const seed of [42, 43]) {
+    const failed = simulate(options({ seed, hosts: 10, failHosts: 3, ringPush: true }));
+    assert.equal(failed.incomplete, false, `seed ${seed}`);
+    assert.equal(failed.hostsCompleted, 7, `seed ${seed}`);
+    assert.ok(failed.originRatio <= 1.05, `seed ${seed}: origin sent ${failed.originRatio} x S`);
+    const rings = simulate(options({ seed, hosts: 40, ringPush: true }));
+    assert.equal(rings.incomplete, false, `seed ${seed}`);
+    assert.equal(rings.hostsCompleted, 40, `seed ${seed}`);
+    assert.ok(rings.originRatio <= 1.001, `seed ${seed}: origin sent ${rings.originRatio} x S`);
+    const pieces = 200;
+    assert.ok(
+      rings.transfers <= 3 * pieces,
+      `seed ${seed}: ${rings.transfers} transfers; each piece should enter each of the 3 rings once`,
+    );
+  }
+});
+
+test('ring mode refuses adversaries and a scheduler loss, on the command line too', async () => {
+  assert.throws(() => simulate(options({ ringPush: true, liarHosts: 1 })), /ring mode/);
+  const io = memoryIo();
+  const code = await runCli(['sim', '--hosts', '4', '--size-gb', '0.01', '--ring-push', '--liars', '1'], io);
+  assert.notEqual(code, 0);
+  assert.match(io.err.join(''), /--ring-push does not simulate/);
+});

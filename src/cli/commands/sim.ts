@@ -25,6 +25,7 @@ export interface SimFlags {
   originReaders: string;
   hedgeTail: string;
   ringParents: string;
+  ringPush?: boolean;
   json?: boolean;
 }
 
@@ -73,6 +74,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
+    ...(flags.ringPush === true ? { ringPush: true } : {}),
     ...(flags.schedulerLossS === undefined
       ? {}
       : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),
@@ -81,6 +83,16 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
   if (options.failHosts + (options.liarHosts ?? 0) + (options.corruptHosts ?? 0) >= hosts)
     throw new WeightcastError('USAGE', '--fail-hosts, --liars and --corrupt-hosts must leave an honest host');
+  if (
+    options.ringPush === true &&
+    ((options.liarHosts ?? 0) > 0 ||
+      (options.corruptHosts ?? 0) > 0 ||
+      options.schedulerLossAtMs !== undefined)
+  )
+    throw new WeightcastError(
+      'USAGE',
+      '--ring-push does not simulate --liars, --corrupt-hosts or --scheduler-loss-s yet',
+    );
   if (Math.ceil(options.totalBytes / options.pieceBytes) > 10_000_000) {
     throw new WeightcastError('USAGE', 'more than 10,000,000 pieces: raise --piece-mb');
   }
@@ -128,6 +140,11 @@ function describe(options: SimOptions, result: SimResult, wallSeconds: number): 
       : [
           `fallback      scheduler gone at ${formatSeconds(options.schedulerLossAtMs / 1000)}: ${result.fallbackTransfers} transfers the hosts chose themselves, ${result.fallbackBusy} refused as busy`,
         ]),
+    ...(options.ringPush === true
+      ? [
+          `ring          ${result.pushes} pieces pushed along the ring; ${result.ringCuts} links cut as stalled`,
+        ]
+      : []),
     `simulated     ${result.transfers} transfers in ${result.ticks} ticks of ${result.tickMs.toFixed(3)} ms; ${formatSeconds(wallSeconds)} of wall time`,
   ];
   return lines.join('\n') + '\n';

@@ -41,6 +41,10 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
     );
   hedgeTailOption(command, HEDGE_TAIL_PIECES_DEFAULT);
   ringParentsOption(command, RING_PARENTS_DEFAULT)
+    .option(
+      '--ring-push',
+      'ring mode: hosts form a ring and push each piece on to the next; the scheduler plans first copies and stalled links only',
+    )
     .option('--json', 'print one JSON object')
     .action(async (flags: SimFlags) => {
       const { simCommand } = await import('../commands/sim.js');

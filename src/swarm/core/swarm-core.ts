@@ -5,7 +5,7 @@
  * moves the bytes.
  *
  * Data flow. Inputs (`addHost`, `removeHost`, `handleTransfer`, `handleTransferEnding`, `prioritize`,
- * `handleTimeout`) update the piece maps and mark who may have new work: a host whose download slot
+ * `handleTimeout`; in ring mode `setRing` and `handleHeld`, ring-plan.ts) update the piece maps and mark who may have new work: a host whose download slot
  * freed goes on the ready queue; a parent whose upload slot freed, or that gained a piece, goes on
  * the offer queue. Outputs are pulled: `pollAssignments` first lets the origin hand first copies to
  * idle hosts, then plans every ready host, then lets each parent on the offer queue offer a piece to
@@ -55,6 +55,7 @@ import { RackCrossings } from './racks.js';
 import { Random } from './random.js';
 import { RarityIndex } from './rarity.js';
 import { Rechecks, type Recheck } from './recheck.js';
+import { RingEntries } from './ring-entries.js';
 import { TransferTable } from './transfers.js';
 import {
   ORIGIN,
@@ -70,6 +71,8 @@ import {
 /** ringParents: bitfield words (32 pieces each) a ring parent's offer is chosen from. */
 const RING_WINDOW_WORDS = 32;
 /** ringParents: host ids after a host's own examined for its ring (a bound when few share its rack). */
+/** Ring mode: pieces of a ring's entries a fed host tries per planning step. */
+const RING_ENTRY_TRIES = 8;
 const RING_IDS_EXAMINED_MAX = 1024;
 /** Host ids are array indices: at most this many. */
 export const HOSTS_MAX = 1 << 16;
@@ -144,6 +147,7 @@ export class SwarmCore {
   private readonly search: ParentSearch;
   private readonly crossings: RackCrossings;
   private readonly rechecks = new Rechecks();
+  private readonly ringEntries: RingEntries;
   /** Per host: corrupt reports made after it was distrusted (see IGNORED_REPORTS_EJECT). */
   private ignoredReports = new Int32Array(0);
 
@@ -153,6 +157,12 @@ export class SwarmCore {
   private readonly ringParents: number;
   private heldCounts = new Int32Array(0);
   private present = new Uint8Array(0);
+  /**
+   * Per host: fed by a ring parent's pushes (setRing). The core then plans for it only what its ring
+   * does not bring: the pieces a loader waits for, first copies from the origin, and the ring's
+   * entries (ring-entries.ts).
+   */
+  private ringFed = new Uint8Array(0);
   private seed = new Uint8Array(0);
   private readonly zoneIds = new Map<string, number>();
   private readonly rackIds = new Map<string, number>();
@@ -194,6 +204,7 @@ export class SwarmCore {
     this.rarity = new RarityIndex(config.pieceCount, HOSTS_MAX, this.random);
     this.holders = new HolderBits(config.pieceCount);
     this.transfers = new TransferTable(1024);
+    this.ringEntries = new RingEntries(config.pieceCount);
     this.crossings = new RackCrossings(config.originReadersMax, this.rarity);
     this.search = new ParentSearch(
       this.holders,
@@ -226,6 +237,7 @@ export class SwarmCore {
     const bitfield = newBitfield(this.pieceCount);
     this.held[host] = bitfield;
     this.present[host] = 1;
+    this.ringFed[host] = 0;
     this.seed[host] = spec.seed === true ? 1 : 0;
     const zone = labelId(this.zoneIds, spec.zone);
     const rack =
@@ -264,10 +276,12 @@ export class SwarmCore {
       if (this.isDownloading(downloader)) this.ready.add(downloader);
       slot = next;
     }
+    this.ringEntries.setRing(host, NONE, this.piecesOf(host), (piece) => this.rarity.count[piece]! > 0);
     if (this.parents.banned[host] !== 1) this.countCopies(host, -1);
     if (this.isDownloading(host)) this.hostsDownloading--;
     else if (this.seed[host] === 0) this.stats.hostsComplete--;
     this.present[host] = 0;
+    this.ringFed[host] = 0;
     this.hostsPresent--;
     this.held[host] = undefined;
     this.heldCounts[host] = 0;
@@ -358,6 +372,40 @@ export class SwarmCore {
     if (this.priority.add(host, pieces, this.held[host]!) > 0) this.ready.add(host);
   }
 
+  /**
+   * `host` verified `pieces` that came by no transfer of the core's (pushed along a ring by its ring
+   * parent, ring-plan.ts): they count as held and as copies from now on, and copies of them still
+   * in flight to `host` are cancelled. Pieces already held, out of range, or of an absent host
+   * change nothing.
+   */
+  handleHeld(nowMs: number, host: HostId, pieces: Iterable<number>): void {
+    this.tick(nowMs);
+    if (!this.isDownloading(host)) return;
+    for (const piece of pieces) {
+      if (!Number.isInteger(piece) || piece < 0 || piece >= this.pieceCount) continue;
+      this.gainPiece(host, piece);
+      if (!this.isDownloading(host)) break;
+    }
+    if (this.isDownloading(host)) this.ready.add(host);
+  }
+
+  /**
+   * `host`'s ring (ring-plan.ts; -1: none) and whether a ring parent feeds it. While fed, the core
+   * assigns the host only the pieces a loader waits for (prioritize), first copies from the origin,
+   * and its ring's entries (pieces no member holds or fetches, from a host outside the ring): every
+   * other piece reaches it through the ring, and neither its own searches, the offers of free
+   * parents nor hedges give it a second way. Not fed (alone in its ring, or cut), it is planned as
+   * usual; its pieces still count for its ring, as it feeds its own child.
+   */
+  setRing(nowMs: number, host: HostId, ring: number, fed: boolean): void {
+    this.tick(nowMs);
+    if (!this.isPresent(host)) return;
+    assert(Number.isInteger(ring) && ring >= -1, `ring ${ring} must be a ring id or -1`);
+    this.ringFed[host] = fed && ring >= 0 ? 1 : 0;
+    this.ringEntries.setRing(host, ring, this.piecesOf(host), (piece) => this.rarity.count[piece]! > 0);
+    if (this.isDownloading(host)) this.ready.add(host);
+  }
+
   handleTimeout(nowMs: number): void {
     this.tick(nowMs);
     if (this.nextSweepMs === undefined || nowMs < this.nextSweepMs) return;
@@ -374,6 +422,7 @@ export class SwarmCore {
     this.tick(nowMs);
     if (this.rechecks.pending > 0) this.runRechecks();
     this.fillOrigin();
+    this.wakeRingMembers();
     while (this.ready.size > 0) this.plan(this.ready.pop());
     this.runOffers();
     // With nothing in flight no report will ever wake a parked host: plan them all now.
@@ -400,6 +449,24 @@ export class SwarmCore {
   hasPiece(host: HostId, piece: number): boolean {
     const held = this.held[host];
     return held !== undefined && piece >= 0 && piece < this.pieceCount && hasBit(held, piece);
+  }
+
+  /** True when `parent` holds some piece that `host` lacks (both present). A scan of both bitfields. */
+  holdsMissing(parent: HostId, host: HostId): boolean {
+    const from = this.held[parent];
+    const to = this.held[host];
+    if (from === undefined || to === undefined) return false;
+    for (let w = 0; w < from.length; w++) if ((from[w]! & ~to[w]!) !== 0) return true;
+    return false;
+  }
+
+  isRingFed(host: HostId): boolean {
+    return this.isPresent(host) && this.ringFed[host] === 1;
+  }
+
+  /** Pieces no member of `ring` holds or fetches that some host outside it holds. */
+  ringLacking(ring: number): number {
+    return this.ringEntries.lacking(ring)?.size ?? 0;
   }
 
   heldCount(host: HostId): number {
@@ -504,6 +571,7 @@ export class SwarmCore {
       if (this.rarity.count[piece] !== copies[piece])
         assert(false, `piece ${piece}: ${this.rarity.count[piece]} copies`);
     this.rarity.checkOrder();
+    this.checkRingEntries(inFlight);
     if (this.search.freeUploaders !== freeUploaders)
       assert(false, `free uploaders: ${this.search.freeUploaders}`);
     if (this.hostsDownloading !== downloading) assert(false, `hosts downloading: ${this.hostsDownloading}`);
@@ -573,6 +641,29 @@ export class SwarmCore {
   }
 
   /** Recounts the pieces on their way into each rack (racks.ts) from `intoRack`, keyed rack * pieceCount + piece. */
+  /** Every ring's counts are its members' held pieces plus their transfers in flight. */
+  private checkRingEntries(inFlight: Map<number, number>): void {
+    const counts = new Map<number, Int32Array>();
+    for (let host = 0; host < this.present.length; host++) {
+      const ring = this.ringEntries.ringOf(host);
+      if (ring === NONE) continue;
+      if (this.present[host] !== 1) assert(false, `host ${host} left but is in ring ${ring}`);
+      let count = counts.get(ring);
+      if (count === undefined) counts.set(ring, (count = new Int32Array(this.pieceCount)));
+      for (let piece = 0; piece < this.pieceCount; piece++) {
+        count[piece]! +=
+          (hasBit(this.held[host]!, piece) ? 1 : 0) + (inFlight.get(host * this.pieceCount + piece) ?? 0);
+      }
+    }
+    for (const [ring, count] of counts) {
+      const copies = this.ringEntries.copiesOf(ring)!;
+      for (let piece = 0; piece < this.pieceCount; piece++)
+        if (copies[piece] !== count[piece])
+          assert(false, `ring ${ring}: piece ${piece} counted ${copies[piece]}`);
+    }
+    this.ringEntries.check((piece) => this.rarity.count[piece]! > 0);
+  }
+
   private checkRackEntries(intoRack: Map<number, number>): void {
     const perRack = new Int32Array(this.rackIds.size);
     for (const [key, count] of intoRack) {
@@ -607,13 +698,18 @@ export class SwarmCore {
     this.parked.delete(host);
     // The slot beyond downloadsPerHostMax, while the host reads the origin, is for a ring parent only
     // (parked hosts, offers and the scored choice never see it).
-    if (this.ringParents > 0 && this.transfers.downloads[host]! < this.downloadSlots(host))
+    if (
+      this.ringParents > 0 &&
+      this.ringFed[host] === 0 &&
+      this.transfers.downloads[host]! < this.downloadSlots(host)
+    )
       this.assignRing(host);
   }
 
   private assignOne(host: number): boolean {
     if (this.priority.length(host) > 0 && this.assignPriority(host)) return true;
     if (this.originMayServe(host) && this.assignFirstCopy(host)) return true;
+    if (this.ringFed[host] === 1) return this.assignRingEntry(host);
     if (this.ringParents > 0 && this.assignRing(host)) return true;
     if (this.search.freeUploaders > 0 && this.lackingAvailable(host) > 0 && this.assignRarest(host))
       return true;
@@ -824,7 +920,10 @@ export class SwarmCore {
         const host =
           tries % 2 === 0 ? this.parked.randomNear(rack, zone, this.random) : this.parked.random(this.random);
         // Hosts whose missing pieces are all in flight (common in the tail) are skipped unread.
-        const offerable = this.lackingAvailable(host) > 0 && !this.search.isBannedFor(host, parent);
+        const offerable =
+          this.ringFed[host] === 0 &&
+          this.lackingAvailable(host) > 0 &&
+          !this.search.isBannedFor(host, parent);
         let piece = offerable ? this.offeredPiece(parent, host) : NONE;
         if (piece !== NONE && !this.mayCrossTo(host, parent, piece)) piece = NONE;
         if (piece === NONE) {
@@ -964,6 +1063,7 @@ export class SwarmCore {
 
   /** Cheap test that planning `host` could assign something (it may still find nothing). */
   private worthPlanning(host: number): boolean {
+    if (this.ringFed[host] === 1) return this.priority.length(host) > 0 || this.originMayServe(host);
     return (
       this.priority.length(host) > 0 ||
       this.lackingAvailable(host) > 0 ||
@@ -1170,6 +1270,39 @@ export class SwarmCore {
 
   // ---- transfers ----------------------------------------------------------------------------------
 
+  /** Parked fed members of rings with new entries are planned again: there is work for them now. */
+  private wakeRingMembers(): void {
+    for (const ring of this.ringEntries.takeGrown()) {
+      const members = this.ringEntries.members(ring);
+      if (members === undefined) continue;
+      for (let i = 0; i < members.size; i++) {
+        const host = members.at(i);
+        if (this.ringFed[host] === 1 && this.parked.has(host)) this.ready.add(host);
+      }
+    }
+  }
+
+  /**
+   * A fed host fetches one of its ring's entries (ring-entries.ts): a piece no member holds or
+   * fetches, from a free parent outside the ring, tried at random among a few. One entry at a time
+   * (besides origin reads): an entry shares the host's download with its ring parent's pushes, and
+   * every push behind a slowed link waits (simulator, 100 hosts in rings of 16: 9.3 s with one,
+   * 10.0 s with four).
+   */
+  private assignRingEntry(host: number): boolean {
+    if (this.transfers.downloads[host]! - this.origin.transfersTo(host) >= 1) return false;
+    const lacking = this.ringEntries.lacking(this.ringEntries.ringOf(host));
+    if (lacking === undefined || lacking.size === 0 || this.search.freeUploaders === 0) return false;
+    for (let tries = Math.min(lacking.size, RING_ENTRY_TRIES); tries > 0; tries--) {
+      const piece = lacking.random(this.random);
+      const parent = this.search.findParentAnywhere(host, piece);
+      if (parent === NONE || !this.mayCrossTo(host, parent, piece)) continue;
+      this.start(host, piece, parent, false);
+      return true;
+    }
+    return false;
+  }
+
   /** SwarmConfig.ringParents: a piece from the first ring parent without a live transfer to `host`. */
   private assignRing(host: number): boolean {
     // A host blamed for corrupt uploads holds no ring parent's slot: the hosts that share that parent
@@ -1204,6 +1337,7 @@ export class SwarmCore {
   private start(host: number, piece: number, from: number, hedge: boolean): void {
     const slot = this.transfers.start(host, piece, from, hedge);
     this.inFlight.add(host, piece);
+    this.ringEntries.change(host, piece, +1, true);
     if (this.crossesRacks(host, from)) this.crossings.start(this.search.rackOf(host), piece);
     if (from === ORIGIN) {
       this.origin.start(host, piece);
@@ -1231,6 +1365,7 @@ export class SwarmCore {
       this.offers.add(from);
     }
     this.inFlight.remove(host, piece);
+    this.ringEntries.change(host, piece, -1, this.rarity.count[piece]! > 0);
   }
 
   private cancel(slot: number): void {
@@ -1244,9 +1379,11 @@ export class SwarmCore {
     if (hasBit(held, piece)) return;
     setBit(held, piece);
     const count = ++this.heldCounts[host]!;
+    this.ringEntries.change(host, piece, +1, true);
     if (this.parents.banned[host] !== 1) {
       this.rarity.increment(piece);
       this.holders.set(piece, host);
+      if (this.rarity.count[piece] === 1) this.ringEntries.availability(piece, true);
     }
     this.recent.push(host, piece);
     // The other copies of this piece in flight to this host (hedges) lost the race.
@@ -1276,6 +1413,20 @@ export class SwarmCore {
   }
 
   // ---- host state ---------------------------------------------------------------------------------
+
+  /** The pieces `host` holds, then the pieces of its transfers in flight (a piece twice if both). */
+  private *piecesOf(host: number): Generator<number> {
+    const held = this.held[host]!;
+    for (let w = 0; w < held.length; w++) {
+      for (let word = held[w]!; word !== 0; word &= word - 1) yield (w << 5) + lowestBit(word);
+    }
+    for (
+      let slot = this.transfers.firstDownload(host);
+      slot !== NONE;
+      slot = this.transfers.nextDownload(slot)
+    )
+      yield this.transfers.piece[slot]!;
+  }
 
   /** The shared selection input, pointed at `host` (one object, so selection allocates nothing). */
   private targetOf(host: number): HostPieces {
@@ -1322,9 +1473,11 @@ export class SwarmCore {
         if (delta > 0) {
           this.rarity.increment(piece);
           this.holders.set(piece, host);
+          if (this.rarity.count[piece] === 1) this.ringEntries.availability(piece, true);
         } else {
           this.rarity.decrement(piece);
           this.holders.clear(piece, host);
+          if (this.rarity.count[piece] === 0) this.ringEntries.availability(piece, false);
         }
       }
     }
@@ -1350,6 +1503,7 @@ export class SwarmCore {
     this.recent.ensureHosts(hostCount);
     this.parents.ensureHosts(hostCount);
     this.origin.ensureHosts(hostCount);
+    this.ringEntries.ensureHosts(hostCount);
     if (hostCount <= this.present.length) return;
     const size = Math.max(hostCount, this.present.length * 2);
     this.heldCounts = grown(this.heldCounts, size);
@@ -1360,6 +1514,9 @@ export class SwarmCore {
     const seed = new Uint8Array(size);
     seed.set(this.seed);
     this.seed = seed;
+    const ringFed = new Uint8Array(size);
+    ringFed.set(this.ringFed);
+    this.ringFed = ringFed;
   }
 }
 
