@@ -5,10 +5,11 @@
  *
  * Every frame is a fixed 12-byte head, then `payloadLength` bytes (all integers big-endian):
  *
- *   offset 0  u8   type       HELLO 1, REQUEST 2, RESPONSE 3, CANCEL 4, GOODBYE 5
+ *   offset 0  u8   type       HELLO 1, REQUEST 2, RESPONSE 3, CANCEL 4, GOODBYE 5, SUBSCRIBE 6,
+ *                             HAVE 7, PUSH 8
  *   offset 1  u8   status     RESPONSE and GOODBYE (WireStatus); 0 in the others
  *   offset 2  u16  reserved   0
- *   offset 4  u32  requestId  REQUEST, RESPONSE, CANCEL; 0 in the others
+ *   offset 4  u32  requestId  REQUEST, RESPONSE, CANCEL; the piece in HAVE and PUSH; 0 in the others
  *   offset 8  u32  payloadLength
  *
  * Payloads:
@@ -23,6 +24,16 @@
  *   CANCEL    empty: the client no longer wants `requestId`. A request the server has not started is
  *             answered CANCELLED; one already being sent is sent whole (the client drops its bytes).
  *   GOODBYE   a UTF-8 reason (at most GOODBYE_REASON_BYTES_MAX bytes); the sender closes next.
+ *
+ * Ring mode (swarm/core/ring-plan.ts) adds three frames. A ring child opens a connection of its own
+ * to its ring parent and, after the HELLOs, sends one SUBSCRIBE; from then on the parent pushes.
+ *   SUBSCRIBE the child's bitfield (1 to SUBSCRIBE_BYTES_MAX bytes: piece p is bit p % 8 of byte
+ *             p / 8, spare bits 0): the parent pushes what it holds and this lacks, then every piece
+ *             it verifies that the child lacks (swarm/core/ring-pusher.ts).
+ *   HAVE      empty: the child holds piece `requestId` now (got another way); it is not pushed.
+ *   PUSH      piece `requestId`'s bytes, exactly the piece (the child checks the length and the
+ *             digest; one wrong byte and it drops the connection and tells the scheduler).
+ * A connection that subscribed carries nothing else: no REQUEST from the child, no RESPONSE.
  *
  * Every request gets exactly one RESPONSE; the server may answer pipelined requests in any order.
  * Every length is checked against a limit before anything is done with it, and no buffer is ever
@@ -47,6 +58,8 @@ export const GOODBYE_REASON_BYTES_MAX = 1024;
 const REQUEST_PAYLOAD_BYTES = 12;
 /** The longest range one request may ask for (manifests' pieces are at most 16 MiB). */
 export const REQUEST_BYTES_MAX = 64 * 1024 * 1024;
+/** A SUBSCRIBE's bitfield at most: 8,388,608 pieces. */
+export const SUBSCRIBE_BYTES_MAX = 1024 * 1024;
 /** Requests a client may have unanswered on one connection; the server closes on more. */
 export const REQUESTS_IN_FLIGHT_MAX = 16;
 /** Largest payload a decoder keeps itself (HELLO, GOODBYE); RESPONSE bytes go to the caller. */
@@ -61,6 +74,9 @@ export const FrameType = {
   response: 3,
   cancel: 4,
   goodbye: 5,
+  subscribe: 6,
+  have: 7,
+  push: 8,
 } as const;
 
 export const WireStatus = {
@@ -103,10 +119,20 @@ export type WireEvent =
   /** The response's last byte arrived. */
   | { type: 'response-end'; requestId: number }
   | { type: 'goodbye'; status: WireStatus; reason: string }
+  /** A SUBSCRIBE head: `length` bitfield bytes follow as 'body' events (requestId 0), then 'subscribe-end'. */
+  | { type: 'subscribe'; length: number }
+  | { type: 'subscribe-end' }
+  | { type: 'have'; piece: number }
+  /** A PUSH head: `length` piece bytes follow (as 'body' events with requestId = piece, or landed). */
+  | { type: 'push'; piece: number; length: number }
+  | { type: 'push-end'; piece: number }
   /** The input broke the protocol; the decoder takes nothing more. */
   | { type: 'error'; error: WeightcastError };
 
-/** Which side decodes: a server reads HELLO, REQUEST, CANCEL, GOODBYE; a client HELLO, RESPONSE, GOODBYE. */
+/**
+ * Which side decodes: a server reads HELLO, REQUEST, CANCEL, SUBSCRIBE, HAVE, GOODBYE; a client
+ * HELLO, RESPONSE, PUSH, GOODBYE.
+ */
 export type WireSide = 'server' | 'client';
 
 // ---- encoding --------------------------------------------------------------------------------------
@@ -158,6 +184,54 @@ export function encodeCancel(requestId: number): Buffer {
   return head(FrameType.cancel, 0, requestId, 0);
 }
 
+/** A SUBSCRIBE carrying `held` (a core bitfield: piece p is bit p % 32 of word p / 32) of `pieceCount` pieces. */
+export function encodeSubscribe(held: Uint32Array, pieceCount: number): Buffer {
+  const length = subscribeBytes(pieceCount);
+  if (length > SUBSCRIBE_BYTES_MAX) throw new RangeError('too many pieces for a SUBSCRIBE');
+  if (held.length * 4 < length) throw new RangeError('the bitfield is shorter than its pieces');
+  const bytes = head(FrameType.subscribe, 0, 0, length, length);
+  bytes.fill(0, FRAME_HEAD_BYTES);
+  for (let piece = 0; piece < pieceCount; piece++) {
+    if (((held[piece >>> 5]! >>> (piece & 31)) & 1) === 1)
+      bytes[FRAME_HEAD_BYTES + (piece >>> 3)]! |= 1 << (piece & 7);
+  }
+  return bytes;
+}
+
+/** The bytes of a SUBSCRIBE's bitfield for `pieceCount` pieces. */
+export function subscribeBytes(pieceCount: number): number {
+  return Math.ceil(pieceCount / 8);
+}
+
+/**
+ * A SUBSCRIBE's bitfield bytes as a core bitfield, or undefined when they do not fit `pieceCount`
+ * pieces (the wrong length, or a spare bit set).
+ */
+export function decodeSubscribed(bytes: Uint8Array, pieceCount: number): Uint32Array | undefined {
+  if (bytes.length !== subscribeBytes(pieceCount)) return undefined;
+  const spare = pieceCount & 7;
+  if (spare !== 0 && bytes[bytes.length - 1]! >>> spare !== 0) return undefined;
+  const held = new Uint32Array(Math.ceil(pieceCount / 32));
+  for (let at = 0; at < bytes.length; at++) {
+    const byte = bytes[at]!;
+    if (byte !== 0) held[at >>> 2]! |= byte << ((at & 3) * 8);
+  }
+  return held;
+}
+
+export function encodeHave(piece: number): Buffer {
+  checkU32(piece, 'piece');
+  return head(FrameType.have, 0, piece, 0);
+}
+
+/** The head of a PUSH; the sender writes the piece's `length` bytes right after it. */
+export function encodePushHead(piece: number, length: number): Buffer {
+  checkU32(piece, 'piece');
+  if (!Number.isInteger(length) || length < 1 || length > REQUEST_BYTES_MAX)
+    throw new RangeError(`a push carries 1 to ${REQUEST_BYTES_MAX} bytes`);
+  return head(FrameType.push, 0, piece, length);
+}
+
 export function encodeGoodbye(status: WireStatus, reason: string): Buffer {
   let text = Buffer.from(reason, 'utf8');
   if (text.length > GOODBYE_REASON_BYTES_MAX) text = text.subarray(0, GOODBYE_REASON_BYTES_MAX);
@@ -198,10 +272,16 @@ export class FrameDecoder {
   private smallWanted = FRAME_HEAD_BYTES;
   private state: Phase = 'head';
   private helloSeen = false;
+  /** A SUBSCRIBE came (server side): only HAVE and GOODBYE may follow. */
+  private subscribed = false;
+  /** A PUSH came (client side): no RESPONSE may follow. */
+  private pushSeen = false;
   private frameType = 0;
   private frameStatus = 0;
   private frameRequestId = 0;
   private bodyLeft = 0;
+  /** What the body under way belongs to (the frame type whose end event comes after it). */
+  private bodyType = 0;
 
   constructor(private readonly side: WireSide) {}
 
@@ -214,9 +294,14 @@ export class FrameDecoder {
     return this.bodyLeft;
   }
 
-  /** The request whose response bytes are arriving ('body' phase). */
+  /** The request whose response bytes are arriving, or the piece being pushed ('body' phase). */
   get bodyRequestId(): number {
     return this.frameRequestId;
+  }
+
+  /** Whether the body arriving is a PUSH's ('body' phase), not a RESPONSE's. */
+  get bodyIsPush(): boolean {
+    return this.bodyType === FrameType.push;
   }
 
   /** Where the next head or small-payload bytes go: exactly as many as the decoder still needs. */
@@ -249,7 +334,8 @@ export class FrameDecoder {
       if (this.state === 'failed') break;
       if (this.state === 'body') {
         const take = Math.min(this.bodyLeft, chunk.length - at);
-        events.push({ type: 'body', requestId: this.frameRequestId, bytes: chunk.subarray(at, at + take) });
+        const requestId = this.frameRequestId;
+        events.push({ type: 'body', requestId, bytes: chunk.subarray(at, at + take) });
         at += take;
         const event = this.bodyLanded(take);
         if (event !== undefined) events.push(event);
@@ -275,6 +361,10 @@ export class FrameDecoder {
     if (!this.allowed(type)) return this.fail(`frame type ${type} is not expected from a ${this.peerName()}`);
     if (!this.helloSeen && type !== FrameType.hello && type !== FrameType.goodbye)
       return this.fail('the first frame is not a HELLO');
+    if (this.subscribed && type !== FrameType.have && type !== FrameType.goodbye)
+      return this.fail(`a frame of type ${type} after SUBSCRIBE`);
+    if (this.pushSeen && type === FrameType.response)
+      return this.fail('a RESPONSE on a subscribed connection');
     if (this.helloSeen && type === FrameType.hello) return this.fail('a second HELLO');
     if (status > STATUS_MAX) return this.fail(`unknown status ${status}`);
     this.frameType = type;
@@ -293,6 +383,19 @@ export class FrameDecoder {
       case FrameType.cancel:
         if (status !== 0 || length !== 0) return this.fail('a CANCEL with a status or payload');
         return this.nextHead({ type: 'cancel', requestId });
+      case FrameType.subscribe:
+        if (status !== 0 || requestId !== 0) return this.fail('a SUBSCRIBE with a status or request id');
+        if (length < 1 || length > SUBSCRIBE_BYTES_MAX) return this.fail(`a SUBSCRIBE of ${length} bytes`);
+        this.subscribed = true;
+        return this.expectBody(FrameType.subscribe, length, { type: 'subscribe', length });
+      case FrameType.have:
+        if (status !== 0 || length !== 0) return this.fail('a HAVE with a status or payload');
+        return this.nextHead({ type: 'have', piece: requestId });
+      case FrameType.push:
+        if (status !== 0) return this.fail('a PUSH with a status');
+        if (length < 1 || length > REQUEST_BYTES_MAX) return this.fail(`a PUSH of ${length} bytes`);
+        this.pushSeen = true;
+        return this.expectBody(FrameType.push, length, { type: 'push', piece: requestId, length });
       case FrameType.goodbye:
         if (requestId !== 0) return this.fail('a GOODBYE with a request id');
         if (length > GOODBYE_REASON_BYTES_MAX) return this.fail(`a GOODBYE of ${length} bytes`);
@@ -306,18 +409,34 @@ export class FrameDecoder {
         }
         // Requests ask for at least one byte, so an OK answer carries at least one.
         if (length < 1 || length > REQUEST_BYTES_MAX) return this.fail(`a RESPONSE of ${length} bytes`);
-        const event: WireEvent = { type: 'response', requestId, status: WireStatus.ok, length };
-        this.state = 'body';
-        this.bodyLeft = length;
-        return event;
+        return this.expectBody(FrameType.response, length, {
+          type: 'response',
+          requestId,
+          status: WireStatus.ok,
+          length,
+        });
       }
     }
   }
 
   private allowed(type: number): boolean {
     if (type === FrameType.hello || type === FrameType.goodbye) return true;
-    if (this.side === 'server') return type === FrameType.request || type === FrameType.cancel;
-    return type === FrameType.response;
+    if (this.side === 'server')
+      return (
+        type === FrameType.request ||
+        type === FrameType.cancel ||
+        type === FrameType.subscribe ||
+        type === FrameType.have
+      );
+    return type === FrameType.response || type === FrameType.push;
+  }
+
+  /** The head announced `length` body bytes of frame `type`: its event now, the bytes next. */
+  private expectBody(type: number, length: number, event: WireEvent): WireEvent {
+    this.state = 'body';
+    this.bodyType = type;
+    this.bodyLeft = length;
+    return event;
   }
 
   private peerName(): string {
@@ -364,6 +483,9 @@ export class FrameDecoder {
   }
 
   private endBody(): WireEvent {
+    if (this.bodyType === FrameType.subscribe) return this.nextHead({ type: 'subscribe-end' });
+    if (this.bodyType === FrameType.push)
+      return this.nextHead({ type: 'push-end', piece: this.frameRequestId });
     return this.nextHead({ type: 'response-end', requestId: this.frameRequestId });
   }
 
