@@ -22,26 +22,28 @@
  * SWARM_PROTOCOL (details.wireRefused), so the caller can use HTTP instead.
  */
 
-import { connect, isIP, type OnReadOpts, type Socket } from 'node:net';
-import { connect as connectTls, type ConnectionOptions } from 'node:tls';
+import type { Socket } from 'node:net';
 import type { ClientTls } from '../../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../../errors.js';
 import { landed, type ReadProgress } from '../../origin/origin.js';
 import { ReceiveLowWater } from '../../util/receive-low-water.js';
 import {
   FrameDecoder,
-  PEER_WIRE_PATH,
-  PEER_WIRE_UPGRADE,
   PEER_WIRE_VERSION,
   REQUESTS_IN_FLIGHT_MAX,
   WireStatus,
   encodeCancel,
-  encodeHello,
   encodeRequest,
   modelDigestBytes,
   statusError,
   type WireEvent,
 } from '../wire/peer-frames.js';
+import {
+  UPGRADE_HEAD_BYTES_MAX,
+  openWireSocket,
+  readUpgradeAnswer,
+  sendUpgradeAndHello,
+} from './wire-socket.js';
 
 export interface PeerWireClientOptions {
   /** The peer's base URL, `http://host:port` (or `https://`: the wire then runs over TLS). */
@@ -66,8 +68,6 @@ export interface WireReadOptions {
 
 /** Reads waiting for room on the connection. */
 const WAITING_MAX = 4096;
-/** The upgrade answer's head, at most. */
-const UPGRADE_HEAD_BYTES_MAX = 4096;
 const SCRATCH_BYTES = 64 * 1024;
 /** Times a request may be sent again after its connection closed before answering it. */
 const RESENDS_MAX = 1;
@@ -244,24 +244,12 @@ class WireConnection {
     private readonly client: PeerWireClient,
   ) {
     const url = new URL(options.url);
-    const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
     const onread = { buffer: () => this.nextBuffer(), callback: (count: number) => this.onRead(count) };
-    const secure = url.protocol === 'https:';
-    // Over TLS the decrypted bytes land in the same buffers: tls.connect takes `onread` since Node
-    // 15.1 (nodejs/node#35753), though @types/node does not list it.
-    const tlsOptions: ConnectionOptions & { onread: OnReadOpts } = {
-      host,
-      port: url.port === '' ? 443 : Number(url.port),
-      ...(isIP(host) === 0 ? { servername: host } : {}),
-      onread,
-      ...options.tls,
-    };
-    this.socket = secure
-      ? connectTls(tlsOptions).setNoDelay(true)
-      : connect({ host, port: url.port === '' ? 80 : Number(url.port), noDelay: true, onread });
+    this.socket = openWireSocket(url, onread, options.tls, () =>
+      sendUpgradeAndHello(this.socket, url, this.model, this.options.credential ?? new Uint8Array()),
+    );
     this.lowWater = new ReceiveLowWater(this.socket);
     this.armTimer();
-    this.socket.on(secure ? 'secureConnect' : 'connect', () => this.onConnect(url));
     this.socket.on('end', () => this.fail(undefined, true));
     this.socket.on('error', (error) => this.fail(error, true));
     this.closed = new Promise<void>((resolve) => {
@@ -336,22 +324,6 @@ class WireConnection {
     this.client.connectionClosed(this, requeue, early);
   }
 
-  private onConnect(url: URL): void {
-    const head =
-      `GET ${PEER_WIRE_PATH} HTTP/1.1\r\nhost: ${url.host}\r\n` +
-      `connection: Upgrade\r\nupgrade: ${PEER_WIRE_UPGRADE}\r\n\r\n`;
-    this.socket.cork();
-    this.socket.write(head);
-    this.socket.write(
-      encodeHello({
-        version: PEER_WIRE_VERSION,
-        model: this.model,
-        credential: this.options.credential ?? new Uint8Array(),
-      }),
-    );
-    this.socket.uncork();
-  }
-
   private get scratch(): Buffer {
     this.scratchBuffer ??= Buffer.allocUnsafe(SCRATCH_BYTES);
     return this.scratchBuffer;
@@ -421,16 +393,14 @@ class WireConnection {
       return;
     }
     this.upgradeFilled += count;
-    const end = head.subarray(0, this.upgradeFilled).indexOf('\r\n\r\n');
-    if (end === -1) return;
-    const text = head.subarray(0, end).toString('latin1');
-    const status = /^HTTP\/1\.[01] (\d{3}) /.exec(text)?.[1];
-    if (status !== '101' || !new RegExp(`^upgrade:\\s*${PEER_WIRE_UPGRADE}\\s*$`, 'im').test(text)) {
-      this.refusedStatus = Number(status ?? 1) || 1;
+    const answer = readUpgradeAnswer(head, this.upgradeFilled);
+    if (answer.kind === 'partial') return;
+    if (answer.kind === 'refused') {
+      this.refusedStatus = answer.status;
       this.fail(refusedError(this.options.url, this.refusedStatus), false);
       return;
     }
-    const rest = Buffer.from(head.subarray(end + 4, this.upgradeFilled));
+    const rest = answer.rest;
     this.upgradeHead = undefined;
     // Before the HELLO exchange nothing was requested, so all that can follow is the peer's HELLO
     // or GOODBYE: small frames, decoded by copy.

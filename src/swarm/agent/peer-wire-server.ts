@@ -10,6 +10,9 @@
  * buffer. Either is written after its 12-byte head in one corked write: the kernel copies it from
  * that buffer, JavaScript copies nothing. A buffer is given back only once its write has completed.
  *
+ * A connection may instead carry a ring subscription (SUBSCRIBE, then HAVEs; ring-push-session.ts):
+ * this agent then pushes the child its pieces on it, and answers no requests there.
+ *
  * Limits: upload slots (shared with the HTTP path; a request beyond them is answered BUSY at once),
  * the host's upload throttle, REQUESTS_IN_FLIGHT_MAX requests per connection (more closes it), a
  * number of connections, a deadline for the HELLO, and an idle timeout that also ends a write the
@@ -26,12 +29,15 @@ import {
   PEER_WIRE_VERSION,
   REQUESTS_IN_FLIGHT_MAX,
   WireStatus,
+  decodeSubscribed,
   encodeGoodbye,
   encodeHello,
   encodeResponseHead,
+  subscribeBytes,
   type PieceRequest,
   type WireEvent,
 } from '../wire/peer-frames.js';
+import { RingPushSession, type RingSource } from './ring-push-session.js';
 import type { UploadSlots } from './upload-slots.js';
 import type { Borrowed } from './recent-pieces.js';
 import { ASSIGNMENT_BYTES_MAX } from '../wire/protocol.js';
@@ -55,6 +61,8 @@ export interface ServedModel {
    * (RecentPieces); released once their write is done.
    */
   borrow?(piece: number, offset: number, length: number): Borrowed | undefined;
+  /** Ring mode: what a ring parent needs (ring-push-session.ts); a model without it refuses SUBSCRIBE. */
+  ring?: RingSource;
 }
 
 export interface PeerWireServerOptions {
@@ -122,6 +130,9 @@ class ServerConnection {
   private readonly queue: PieceRequest[] = [];
   private model: ServedModel | undefined;
   private serving = false;
+  /** A SUBSCRIBE's bitfield while it arrives, then the subscription it opened. */
+  private subscribing: { bytes: Buffer; filled: number } | undefined;
+  private push: RingPushSession | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -182,6 +193,21 @@ class ServerConnection {
         this.socket.write(encodeResponseHead(event.requestId, WireStatus.cancelled, 0));
         return;
       }
+      case 'subscribe':
+        this.onSubscribe(event.length);
+        return;
+      case 'body':
+        // Only a SUBSCRIBE has a body on a server's side (its decoder refuses the rest).
+        if (this.subscribing === undefined) break;
+        this.subscribing.bytes.set(event.bytes, this.subscribing.filled);
+        this.subscribing.filled += event.bytes.length;
+        return;
+      case 'subscribe-end':
+        this.startPushing();
+        return;
+      case 'have':
+        this.push?.childHas(event.piece);
+        return;
       case 'goodbye':
         this.socket.end();
         return;
@@ -189,8 +215,51 @@ class ServerConnection {
         this.goodbye(WireStatus.protocol, event.error.message);
         return;
       default:
-        this.goodbye(WireStatus.protocol, `unexpected ${event.type}`);
+        break;
     }
+    this.goodbye(WireStatus.protocol, `unexpected ${event.type}`);
+  }
+
+  private onSubscribe(length: number): void {
+    const model = this.model as ServedModel;
+    if (model.ring === undefined) {
+      this.goodbye(WireStatus.badRequest, 'this agent does not push pieces along a ring');
+      return;
+    }
+    if (this.queue.length > 0) {
+      this.goodbye(WireStatus.protocol, 'a SUBSCRIBE on a connection with requests open');
+      return;
+    }
+    const expected = subscribeBytes(model.pieceCount);
+    if (length !== expected) {
+      this.goodbye(
+        WireStatus.badRequest,
+        `a SUBSCRIBE of ${length} bytes; this model's bitfield has ${expected}`,
+      );
+      return;
+    }
+    this.subscribing = { bytes: Buffer.alloc(length), filled: 0 };
+  }
+
+  private startPushing(): void {
+    const model = this.model as ServedModel;
+    const childHeld = decodeSubscribed(this.subscribing?.bytes ?? new Uint8Array(), model.pieceCount);
+    this.subscribing = undefined;
+    if (childHeld === undefined || model.ring === undefined) {
+      this.goodbye(WireStatus.badRequest, 'a SUBSCRIBE bitfield with a bit past the last piece');
+      return;
+    }
+    const push = new RingPushSession(this.socket, model, model.ring, childHeld, {
+      uploads: this.options.uploads,
+      send: (head, bytes) => this.send(head, bytes),
+      ...(this.options.corruptUploads === true ? { corruptUploads: true } : {}),
+    });
+    this.push = push;
+    // A quiet subscription is healthy (nothing new to push); a push the child stopped reading is not.
+    this.socket.removeAllListeners('timeout');
+    this.socket.on('timeout', () => {
+      if (push.busy) this.socket.destroy();
+    });
   }
 
   private goodbye(status: WireStatus, reason: string): void {
