@@ -36,6 +36,8 @@ export interface ClusterOptions {
   corruptAgents?: readonly number[];
   /** More flags for every `weightcast agent`. */
   agentArgs?: readonly string[];
+  /** More flags for `weightcast scheduler` (for example `--ring-push`). */
+  schedulerArgs?: readonly string[];
   /** Each agent's rack label (`--rack`), by index; none where undefined. */
   racks?: readonly (string | undefined)[];
   hostTimeoutMs?: number;
@@ -150,6 +152,7 @@ export class Cluster {
         ...(options.originReaders === undefined ? [] : ['--origin-readers', String(options.originReaders)]),
         ...(options.hostTimeoutMs === undefined ? [] : ['--host-timeout-ms', String(options.hostTimeoutMs)]),
         ...(options.transferUnit === undefined ? [] : ['--transfer-unit', String(options.transferUnit)]),
+        ...(options.schedulerArgs ?? []),
       ],
       /listening on (\S+)/,
       'scheduler',
@@ -228,6 +231,8 @@ export class Cluster {
     /** The swarm's transfer units (its pieces, one per unit, unless the scheduler groups them). */
     pieceCount: number;
     originBytesAssigned: number;
+    /** Transfers the scheduler planned that were verified (ring pushes are not among them). */
+    transfersVerified: number;
     hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
   }> {
     // The scheduler and agents inherit this environment: a cluster token there is theirs too.
@@ -240,6 +245,7 @@ export class Cluster {
     return (await response.json()) as {
       pieceCount: number;
       originBytesAssigned: number;
+      transfersVerified: number;
       hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
     };
   }

@@ -88,6 +88,8 @@ export interface Options {
   uploads: number | undefined;
   /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
   hedgeTail: number | undefined;
+  /** Ring mode (`--ring-push`) for the scheduler and the simulator. */
+  ringPush: boolean;
   /** Pieces per transfer unit (`--transfer-unit`); undefined: the scheduler's own choice. */
   transferUnit: number | undefined;
   /** The testbed links' MTU (netns only). */
@@ -134,6 +136,7 @@ export const USAGE = [
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
+  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it)',
   "  --transfer-unit N|auto (pieces per transfer; auto: the scheduler's choice, the simulator moves units as pieces)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
@@ -175,6 +178,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       downloads: { type: 'string' },
       uploads: { type: 'string' },
       'hedge-tail': { type: 'string' },
+      'ring-push': { type: 'boolean', default: false },
       'transfer-unit': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
@@ -226,6 +230,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
+    ringPush: values['ring-push'] === true,
     transferUnit: transferUnit(values['transfer-unit']),
   };
 }
@@ -262,9 +267,10 @@ export function originReadersFlags(options: Pick<Options, 'originReaders'>): str
   return ['--origin-readers', String(options.originReaders ?? SWARM_SERVICE_DEFAULTS.originReaders)];
 }
 
-/** `--downloads`, `--uploads` and `--hedge-tail` as given, for the scheduler and the simulator alike. */
+/** `--downloads`, `--uploads`, `--hedge-tail` and `--ring-push` as given, for the scheduler and the simulator alike. */
 export function schedulingFlags(options: Options): string[] {
   return [
+    ...(options.ringPush ? ['--ring-push'] : []),
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
     ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),

@@ -55,6 +55,7 @@ async function withCluster(
     hostTimeoutMs?: number;
     transferUnit?: number;
     agentArgs?: string[];
+    schedulerArgs?: string[];
     racks?: (string | undefined)[];
   },
   body: (cluster: Cluster) => Promise<void>,
@@ -163,6 +164,44 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       );
     });
   }
+
+  it('ring mode: agents push pieces along a ring; the scheduler plans only the first copies', async () => {
+    await withCluster(
+      'ring',
+      { hosts: 4, hostMbps: 80, originMbps: 80, schedulerArgs: ['--ring-push'] },
+      async (cluster) => {
+        await fillAll(cluster, 4);
+        const status = await cluster.schedulerStatus();
+        const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+        // Per piece, each host would have had a transfer planned (4 x pieces); in a ring of 4 only
+        // the origin's first copies are (a few more if a push and a first copy crossed).
+        assert.ok(
+          status.transfersVerified < 1.5 * pieces,
+          `${status.transfersVerified} transfers planned for ${pieces} pieces`,
+        );
+        assert.ok(
+          status.originBytesAssigned / size <= 1.1,
+          `origin sent ${status.originBytesAssigned / size} x S`,
+        );
+      },
+    );
+  });
+
+  it('ring mode: a ring parent that pushes corrupt bytes is cut out, and every copy is still exact', async () => {
+    await withCluster(
+      'ring-corrupt',
+      { hosts: 4, hostMbps: 80, originMbps: 40, corruptAgents: [1], schedulerArgs: ['--ring-push'] },
+      async (cluster) => {
+        const started = performance.now();
+        await Promise.all(all(4).map((i) => cluster.join(i)));
+        await cluster.waitComplete(all(4), started, 60_000);
+        await assertCopies(cluster, all(4));
+        const statuses = await Promise.all([0, 2, 3].map((i) => cluster.status(i)));
+        const caught = statuses.reduce((sum, s) => sum + s.corruptPieces, 0);
+        assert.ok(caught > 0, 'no corrupt piece was ever pushed, so the test proves nothing');
+      },
+    );
+  });
 
   for (const transferUnit of [1, 3]) {
     it(`resumes an agent killed with kill -9 without refetching the pieces it had verified (transfers of ${transferUnit} pieces)`, async () => {

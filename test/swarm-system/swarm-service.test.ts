@@ -347,3 +347,59 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.ok(service.status().originBytesAssigned <= 2 * service.map.totalBytes);
   });
 });
+
+describe('SwarmService in ring mode (fake time)', () => {
+  const ringService = (): SwarmService =>
+    new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(40)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      ringPush: true,
+    });
+  const parentOf = (service: SwarmService, host: number): string | undefined | null => {
+    const reply = service.takeReply(host);
+    return reply.ring === undefined ? null : reply.ring.parent;
+  };
+
+  it('tells each host its ring parent, bridges a host that leaves, and counts pushed pieces', () => {
+    const service = ringService();
+    const [a, b, c] = ['r0', 'r1', 'r2'].map((name) => register(service, 0, name)) as [
+      number,
+      number,
+      number,
+    ];
+    assert.equal(parentOf(service, a), 'http://127.0.0.1:1/r2');
+    assert.equal(parentOf(service, b), 'http://127.0.0.1:1/r0');
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/r1');
+    assert.equal(parentOf(service, a), null, 'told once');
+    assert.ok(
+      [a, b, c].every((host) => service.core.isRingFed(host)),
+      'fed hosts are planned first copies only',
+    );
+    service.sync(10, b, { reports: [], waitMs: 0, held: [3, 4, 999] });
+    assert.equal(service.core.hasPiece(b, 3), true);
+    assert.equal(service.core.hasPiece(b, 4), true);
+    service.leave(20, b);
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/r0', 'bridged over the host that left');
+  });
+
+  it('cuts a host whose feed failed or stalled: it is planned per piece again', () => {
+    const service = ringService();
+    const [a, b, c] = ['s0', 's1', 's2'].map((name) => register(service, 0, name)) as [
+      number,
+      number,
+      number,
+    ];
+    for (const host of [a, b, c]) service.takeReply(host);
+    service.sync(10, b, { reports: [], waitMs: 0, ringLost: 'the ring parent sent corrupt bytes' });
+    assert.equal(service.core.isRingFed(b), false);
+    assert.equal(parentOf(service, b), undefined, 'told it has no ring parent now');
+    // c's parent (b) holds pieces c lacks and nothing reaches c: the link stalls and is cut.
+    service.sync(20, b, { reports: [], waitMs: 0, held: [1, 2] });
+    let now = 20;
+    for (; now < 10_000 && service.core.isRingFed(c); now += 100) {
+      for (const host of [a, b, c]) service.sync(now, host, { reports: [], waitMs: 0 });
+      service.tick(now);
+    }
+    assert.equal(service.core.isRingFed(c), false, 'the stalled link was cut');
+    assert.ok(now >= 2000, `cut at ${now} ms, before the stall time`);
+  });
+});

@@ -22,6 +22,7 @@ export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   ringParents: string;
   hedgeTail: string;
   transferUnit: string;
+  ringPush?: boolean;
   catalog?: string;
   json?: boolean;
 }
@@ -50,6 +51,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
       transferUnitPieces: parseTransferUnit(flags.transferUnit),
+      ...(flags.ringPush === true ? { ringPush: true } : {}),
       limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');

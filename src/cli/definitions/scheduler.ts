@@ -36,6 +36,10 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
   transferUnitOption(command);
   withServerLimitOptions(command, 60);
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
+    .option(
+      '--ring-push',
+      'ring mode (experimental): hosts form rings of up to 16 and push each piece on to the next, with no request or report per piece',
+    )
     .option('--catalog <dir>', "keep the seed tier's catalog (placement maps) here and serve it")
     .option('--json', 'events as JSON lines on stdout')
     .action(async (flags: SchedulerFlags) => {

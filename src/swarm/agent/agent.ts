@@ -990,6 +990,11 @@ export class Agent {
         if (borrowed !== undefined) entry.uploadsFromMemory++;
         return borrowed;
       },
+      ring: {
+        heldBitfield: () => entry.member.heldBitfield(),
+        watchVerified: (listener) => entry.member.watchVerified(listener),
+        pieceLength: (piece) => map.pieceLength(piece),
+      },
     };
   }
 }

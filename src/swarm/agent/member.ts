@@ -11,6 +11,11 @@
  * This class runs the assignments: at most `downloadsMax` at once, each reported when it ends, with
  * a pipelining notice ("ending") shortly before, so the scheduler plans the next transfer while
  * this one finishes. A store that cannot write stops the model here for good (`failure`).
+ *
+ * Ring mode (swarm/core/ring-plan.ts): when the scheduler names a ring parent, the member subscribes
+ * to it (ring-feed.ts) and stores what it pushes as it stores fetched pieces; it tells the scheduler
+ * of those pieces in batches, and the parent of pieces it got another way (HAVE). Its own child's
+ * subscription is served by the agent's peer-wire server from `heldBitfield` and `watchVerified`.
  */
 
 import type { ServiceAccess } from '../../auth/transport.js';
@@ -31,6 +36,8 @@ import {
   type PieceEvent,
 } from './piece-fetcher.js';
 import { SchedulerSession, type MemberIdentity } from './scheduler-session.js';
+import { RingFeed } from './ring-feed.js';
+import { newBitfield, setBit } from '../core/bitfield.js';
 import type { RecentBudget, RecentPieces } from './recent-pieces.js';
 
 export type { MemberIdentity, MemberStats };
@@ -144,6 +151,11 @@ export class SwarmMember {
   private readonly downloadsMax: number;
   /** Wrong copies of a piece the origin sent this host, by piece (see originSentWrongBytes). */
   private readonly originCorruptCopies = new Map<number, number>();
+  /** Ring mode: the feed from the ring parent, and the parent's URL. */
+  private ringFeed: RingFeed | undefined;
+  private ringParent: string | undefined;
+  /** Listeners for each piece verified here (a ring child's push session). */
+  private readonly verifiedListeners = new Set<(piece: number) => void>();
 
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
@@ -229,6 +241,25 @@ export class SwarmMember {
     this.loops.push(this.session.run(), this.fallback.run());
   }
 
+  /** Ring mode: the held pieces as a core bitfield (what a subscribing child is compared with). */
+  heldBitfield(): Uint32Array {
+    const { pieceCount } = this.options.map;
+    const held = newBitfield(pieceCount);
+    for (let piece = 0; piece < pieceCount; piece++) if (this.options.store.has(piece)) setBit(held, piece);
+    return held;
+  }
+
+  /** Calls `listener` with every piece verified here from now on; returns the unsubscribe. */
+  watchVerified(listener: (piece: number) => void): () => void {
+    this.verifiedListeners.add(listener);
+    return () => this.verifiedListeners.delete(listener);
+  }
+
+  /** The ring feed's pieces so far (tests, status). */
+  get ringReceived(): number {
+    return this.ringFeed?.received ?? 0;
+  }
+
   /** Pieces a reader is blocked on: reported to the scheduler, fetched first. */
   urgent(pieces: readonly number[]): void {
     this.session.urgent(pieces);
@@ -250,6 +281,8 @@ export class SwarmMember {
   async close(): Promise<void> {
     if (this.controller.signal.aborted) return;
     this.controller.abort(new WeightcastError('ABORTED', 'the swarm member is closing'));
+    this.setRingParent(undefined);
+    this.verifiedListeners.clear();
     for (const fetch of this.fetches.values()) fetch.controller.abort();
     await Promise.allSettled(this.loops);
     await this.fetcher.close();
@@ -261,8 +294,13 @@ export class SwarmMember {
     if (event.outcome === 'corrupt' && event.from === 'origin') this.originSentWrongBytes(event.piece);
     if (event.outcome !== 'verified') return;
     this.session.held(event.piece);
+    if (event.ring === true) this.session.ringHeld(event.piece);
+    else this.ringFeed?.have(event.piece);
+    for (const listener of this.verifiedListeners) listener(event.piece);
     if (this.options.store.complete && !this.completed) {
       this.completed = true;
+      // Nothing more to take from a ring parent; this host still pushes to its own child.
+      this.setRingParent(undefined);
       this.completeResolve();
       this.options.onEvent?.({ type: 'complete' });
     }
@@ -290,7 +328,40 @@ export class SwarmMember {
 
   // ---- assignments -----------------------------------------------------------------------------
 
+  /**
+   * Ring mode: subscribes to `url` (undefined: to nobody), ending the feed from the old parent. A
+   * feed that fails is reported to the scheduler, which cuts the link and plans this host per piece.
+   */
+  private setRingParent(url: string | undefined): void {
+    if (url === this.ringParent && (url === undefined || this.ringFeed !== undefined)) return;
+    this.ringParent = url;
+    const old = this.ringFeed;
+    this.ringFeed = undefined;
+    old?.close();
+    if (url === undefined || this.controller.signal.aborted || this.completed) return;
+    const { map, access } = this.options;
+    const feed: RingFeed = new RingFeed({
+      url,
+      model: this.options.model,
+      pieceCount: map.pieceCount,
+      helloTimeoutMs: this.options.peerIdleTimeoutMs ?? 10_000,
+      tls: access?.tls,
+      ...(access?.token === undefined ? {} : { credential: Buffer.from(access.token, 'utf8') }),
+      held: () => this.heldBitfield(),
+      pieceLength: (piece) => map.pieceLength(piece),
+      bufferFor: (_piece, length) => this.fetcher.bufferFor(length),
+      onPiece: (piece, bytes) => this.fetcher.storePushed(piece, bytes, url),
+      onEnd: (error) => {
+        if (this.ringFeed !== feed) return;
+        this.ringFeed = undefined;
+        if (error !== undefined && !this.controller.signal.aborted) this.session.ringLost(error.message);
+      },
+    });
+    this.ringFeed = feed;
+  }
+
   private apply(reply: SyncReply): void {
+    if (reply.ring !== undefined) this.setRingParent(reply.ring.parent);
     for (const transferId of reply.cancellations) {
       this.fetches.get(transferId)?.controller.abort();
       const queued = this.queue.findIndex((a) => a.transferId === transferId);

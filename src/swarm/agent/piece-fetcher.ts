@@ -51,6 +51,8 @@ export type PieceEvent = {
   run?: { first: number; pieces: number; bytes: number };
   /** For a corrupt piece: its file and its index in that file, as errors and `verify` name it. */
   file?: { path: string; piece: number };
+  /** Pushed by the ring parent (ring mode), not fetched. */
+  ring?: boolean;
 };
 
 /** A run of pieces on its way: what the fetcher and the member's pipelining notice share. */
@@ -171,6 +173,61 @@ export class PieceFetcher {
     if (result.outcome === 'verified') this.recent.keep(fetch.piece, fetch.pieces, buffer, fetch.length);
     else if (result.outcome === 'corrupt') this.buffers.push(buffer);
     return result;
+  }
+
+  /** Ring mode: a pooled buffer for a piece pushed by the ring parent (ring-feed.ts). */
+  bufferFor(length: number): Buffer {
+    return this.takeBuffer(length);
+  }
+
+  /**
+   * Ring mode: a piece the ring parent pushed into `buffer` (from bufferFor), verified and stored as
+   * a fetched one is: kept among the recent runs (this host pushes it on from there), counted, one
+   * `piece` event. Corrupt bytes reject with PIECE_HASH_MISMATCH (the feed ends: the parent is at
+   * fault); a store that cannot write stops the model, as for a fetch.
+   */
+  async storePushed(piece: number, buffer: Buffer, parent: string): Promise<void> {
+    const started = performance.now();
+    const length = this.options.map.pieceLength(piece);
+    let result;
+    try {
+      result = await this.options.store.put(piece, buffer.subarray(0, length));
+    } catch (error) {
+      this.buffers.push(buffer);
+      if (isWeightcastError(error) && error.code === 'IO') this.options.onStoreFailure(error);
+      throw error;
+    }
+    const event: PieceEvent = {
+      type: 'piece',
+      piece,
+      from: 'peer',
+      outcome: result === 'corrupt' ? 'corrupt' : 'verified',
+      bytes: length,
+      ms: 0,
+      verifyMs: performance.now() - started,
+      parent,
+      ring: true,
+    };
+    if (result === 'corrupt') {
+      this.buffers.push(buffer);
+      this.stats.corruptPieces++;
+      const where = this.options.map.locate(piece);
+      event.file = { path: where.file.path, piece: where.piece };
+      this.options.onEvent?.(event);
+      throw new WeightcastError(
+        'PIECE_HASH_MISMATCH',
+        `${where.file.path} piece ${where.piece} pushed by the ring parent ${parent} does not match the manifest's SHA-256`,
+        { file: where.file.path, piece: where.piece },
+      );
+    }
+    if (result === 'duplicate') {
+      this.buffers.push(buffer);
+      this.stats.duplicateBytes += length;
+    } else {
+      this.recent.keep(piece, 1, buffer, length);
+      this.stats.peerBytes += length;
+    }
+    this.options.onEvent?.(event);
   }
 
   /** A pooled buffer of at least `length` bytes (a whole number of pieces, so units reuse it). */

@@ -41,6 +41,7 @@ export class RingPushSession {
   private readonly pusher: RingPusher;
   private readonly unwatch: () => void;
   private sending = false;
+  private pumpQueued = false;
   private closed = false;
   /** Pieces pushed whole, for tests and logs. */
   pushed = 0;
@@ -57,7 +58,15 @@ export class RingPushSession {
     // and the pusher drops the second.
     this.unwatch = ring.watchVerified((piece) => {
       this.pusher.verified(piece);
-      this.pump();
+      // On the next turn: a fetched run joins the recent pieces just after its pieces are announced,
+      // and a push lent from memory costs no disk read.
+      if (!this.pumpQueued) {
+        this.pumpQueued = true;
+        setImmediate(() => {
+          this.pumpQueued = false;
+          this.pump();
+        });
+      }
     });
     this.pusher.subscribe(childHeld, ring.heldBitfield());
     socket.once('close', () => this.close());

@@ -25,6 +25,7 @@ import {
   type SyncReply,
 } from '../wire/protocol.js';
 import { FrameReader, encodeFrame, frameError, openChannel } from '../wire/sync-channel.js';
+import { RING_REPORT_MS_DEFAULT } from '../core/ring-plan.js';
 import type { MemberStore } from './member-store.js';
 
 export interface MemberIdentity {
@@ -121,6 +122,11 @@ export class SchedulerSession {
   /** Reports held back (deferrable ones) until another frame or this timer. */
   private deferredReports: Report[] = [];
   private deferTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Ring mode: pieces pushed to this host, told in one batch every RING_REPORT_MS_DEFAULT. */
+  private ringPieces: number[] = [];
+  private ringTimer: ReturnType<typeof setTimeout> | undefined;
+  private ringDue = false;
+  private ringLostReason: string | undefined;
 
   constructor(private readonly options: SchedulerSessionOptions) {}
 
@@ -235,6 +241,27 @@ export class SchedulerSession {
 
   held(piece: number): void {
     this.urgentPieces.delete(piece);
+  }
+
+  /**
+   * Ring mode: `piece` came from the ring parent, verified and stored. Told with the next frame, and
+   * within RING_REPORT_MS_DEFAULT at the latest: one delta for many pieces, not a report each.
+   */
+  ringHeld(piece: number): void {
+    this.ringPieces.push(piece);
+    if (this.ringTimer !== undefined) return;
+    this.ringTimer = setTimeout(() => {
+      this.ringTimer = undefined;
+      this.ringDue = true;
+      this.flush();
+    }, RING_REPORT_MS_DEFAULT);
+    this.ringTimer.unref();
+  }
+
+  /** Ring mode: the feed from the ring parent ended with an error; the scheduler is told at once. */
+  ringLost(reason: string): void {
+    this.ringLostReason = reason;
+    this.flush();
   }
 
   private swarmUrl(): string {
@@ -360,8 +387,11 @@ export class SchedulerSession {
     }
     this.registering = undefined;
     const registered = parseMessage(registeredSchema, raw, 'register reply');
-    // Reports of an earlier registration are void; its fetches may finish, but not report.
+    // Reports of an earlier registration are void; its fetches may finish, but not report. Ring
+    // pieces went with the registration's bitfield.
     this.reports.length = 0;
+    this.ringPieces = [];
+    this.ringLostReason = undefined;
     this.deferredReports = [];
     clearTimeout(this.deferTimer);
     this.deferTimer = undefined;
@@ -413,8 +443,22 @@ export class SchedulerSession {
     // Urgent pieces are re-sent with every sync until held; the core ignores repeats.
     for (const piece of this.urgentPieces) if (this.options.store.has(piece)) this.urgentPieces.delete(piece);
     const urgent = [...this.urgentPieces];
-    if (!always && this.reports.length === 0 && ending.length === 0 && urgent.length === 0) return;
+    const lost = this.ringLostReason;
+    if (
+      !always &&
+      this.reports.length === 0 &&
+      ending.length === 0 &&
+      urgent.length === 0 &&
+      lost === undefined &&
+      !(this.ringDue && this.ringPieces.length > 0)
+    )
+      return;
     this.takeDeferred();
+    this.ringLostReason = undefined;
+    this.ringDue = false;
+    clearTimeout(this.ringTimer);
+    this.ringTimer = undefined;
+    const held = this.ringPieces.splice(0, SYNC_ITEMS_MAX);
     const reports = this.reports.splice(0, SYNC_ITEMS_MAX);
     if (reports.length > 0 || ending.length > 0) this.roundTripFrom ??= performance.now();
     channel.write(
@@ -423,9 +467,16 @@ export class SchedulerSession {
         waitMs: 0,
         ...(urgent.length > 0 ? { urgent: urgent.slice(0, SYNC_ITEMS_MAX) } : {}),
         ...(ending.length > 0 ? { ending: ending.slice(0, SYNC_ITEMS_MAX) } : {}),
+        ...(held.length > 0 ? { held } : {}),
+        ...(lost === undefined ? {} : { ringLost: lost }),
       }),
     );
     if (this.reports.length > 0) this.flush();
+    if (this.ringPieces.length > 0) {
+      // More than one frame's worth: the rest goes in the next.
+      this.ringDue = true;
+      this.flush();
+    }
   }
 }
 

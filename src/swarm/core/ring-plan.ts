@@ -70,7 +70,7 @@ export class RingPlan {
   private readonly ringOfHost = new Map<HostId, number>();
   /** Per member: its ring parent (NO_PARENT when it has none or was cut). */
   private readonly parent = new Map<HostId, HostId>();
-  private readonly cut = new Set<HostId>();
+  private readonly cutHosts = new Set<HostId>();
   /** Per fed member: when it last gained a piece through the ring, or its link was made. */
   private readonly progressMs = new Map<HostId, number>();
   /** Per fed member: since when its parent was last seen holding a piece it lacks, while quiet. */
@@ -106,7 +106,7 @@ export class RingPlan {
   }
 
   isCut(host: HostId): boolean {
-    return this.cut.has(host);
+    return this.cutHosts.has(host);
   }
 
   /**
@@ -146,7 +146,7 @@ export class RingPlan {
     members.splice(index, 1);
     this.ringOfHost.delete(host);
     this.parent.delete(host);
-    this.cut.delete(host);
+    this.cutHosts.delete(host);
     this.progressMs.delete(host);
     this.waitingSinceMs.delete(host);
     this.lookAfterMs.delete(host);
@@ -154,6 +154,13 @@ export class RingPlan {
     this.announced.delete(host);
     if (members.length === 0) this.rings.delete(ring);
     else this.relink(nowMs, members, members[index % members.length] as number);
+  }
+
+  /** Cuts `host`'s link now (its feed failed: a corrupt push, a refusal, a dropped connection). */
+  cut(host: HostId): void {
+    if (this.parentOf(host) === NO_PARENT) return;
+    this.cutHosts.add(host);
+    this.setParent(host, NO_PARENT);
   }
 
   /** `host` gained a piece pushed by its ring parent: the link is alive. */
@@ -182,7 +189,7 @@ export class RingPlan {
       const waitingSince = this.waitingSinceMs.get(host) ?? nowMs;
       this.waitingSinceMs.set(host, waitingSince);
       if (nowMs - Math.max(waitingSince, quietSince) < this.stallMs) continue;
-      this.cut.add(host);
+      this.cutHosts.add(host);
       this.setParent(host, NO_PARENT);
       cutNow.push(host);
     }
@@ -226,7 +233,7 @@ export class RingPlan {
   private relink(nowMs: number, members: HostId[], host: HostId): void {
     const index = members.indexOf(host);
     const before = members[(index - 1 + members.length) % members.length] as number;
-    const parent = this.cut.has(host) || before === host ? NO_PARENT : before;
+    const parent = this.cutHosts.has(host) || before === host ? NO_PARENT : before;
     if (parent === this.parentOf(host)) return;
     this.setParent(host, parent);
     this.progressMs.set(host, nowMs);

@@ -25,6 +25,12 @@ export interface SwarmServiceOptions {
    * TRANSFER_UNIT_BYTES_DEFAULT while the model keeps UNITS_MIN of them; 1: every piece alone.
    */
   transferUnitPieces?: number | undefined;
+  /**
+   * Ring mode (core/ring-plan.ts, `--ring-push`): hosts form rings and push pieces along them; the
+   * core plans first copies, ring entries and stalled links only. Pieces then move one at a time
+   * (transfer units of 1).
+   */
+  ringPush?: boolean;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
@@ -37,4 +43,5 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   ringParents: RING_PARENTS_DEFAULT,
   hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
   transferUnitPieces: undefined,
+  ringPush: false,
 };

@@ -4,10 +4,15 @@
  * its next sync, a parked sync request to answer as soon as there is work, and when it was last
  * heard from. Time comes from the caller (`nowMs`), so this class is testable without waiting;
  * the timers that drive `tick` live in scheduler-server.ts.
+ *
+ * In ring mode (`ringPush`) it also runs the ring plan (core/ring-plan.ts): every host joins a ring,
+ * each is told its ring parent's URL in a reply, the pieces pushed to it come in batched `held`
+ * lists (the core's handleHeld), and a host whose feed failed (`ringLost`) or stalled is cut.
  */
 
 import { WeightcastError } from '../../errors.js';
 import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
+import { NO_PARENT, RING_STALL_MS_DEFAULT, RingPlan } from '../core/ring-plan.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
 import { TRANSFER_UNIT_BYTES_DEFAULT, TransferUnits, unitPiecesFor } from './transfer-units.js';
@@ -41,6 +46,8 @@ interface HostEntry {
   rack?: string;
   /** A sync waiting for work: call it to answer now. */
   wake?: () => void;
+  /** Ring mode: the ring parent to tell this host of (a URL, '' for none), once. */
+  ringNews?: string;
 }
 
 export class SwarmService {
@@ -60,6 +67,8 @@ export class SwarmService {
   /** Bumped whenever a host joins or leaves: a reply lists the peers only when it moved. */
   private membership = 0;
   originBytes = 0;
+  /** Ring mode's plan (options.ringPush), else undefined. */
+  readonly ring: RingPlan | undefined;
 
   constructor(
     readonly model: string,
@@ -68,9 +77,13 @@ export class SwarmService {
   ) {
     this.units = new TransferUnits(
       map,
-      options.transferUnitPieces ?? unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT),
+      options.ringPush === true
+        ? 1
+        : (options.transferUnitPieces ??
+            unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT)),
     );
     this.core = new SwarmCore(coreConfig(this.units, options));
+    this.ring = options.ringPush === true ? new RingPlan({ stallMs: RING_STALL_MS_DEFAULT }) : undefined;
   }
 
   get hostCount(): number {
@@ -133,6 +146,8 @@ export class SwarmService {
       },
       held,
     );
+    this.ring?.join(nowMs, id);
+    this.applyRing(nowMs);
     this.distribute(nowMs);
     return {
       host: id,
@@ -162,6 +177,17 @@ export class SwarmService {
       if (transfer === undefined || transfer.host !== host) continue;
       this.core.handleTransferEnding(nowMs, transferId);
     }
+    if (this.ring !== undefined) {
+      const pieces = (message.held ?? []).filter((piece) => piece < this.map.pieceCount);
+      if (pieces.length > 0) {
+        this.core.handleHeld(nowMs, host, pieces);
+        this.ring.delivered(nowMs, host);
+      }
+      if (message.ringLost !== undefined && this.ring.parentOf(host) !== NO_PARENT) {
+        this.ring.cut(host);
+        this.applyRing(nowMs);
+      }
+    }
     if (this.core.isEjected(host)) {
       // Its reports kept failing re-checks: it leaves (its name stays marked) and is told why.
       this.drop(nowMs, host);
@@ -178,7 +204,10 @@ export class SwarmService {
 
   hasReply(host: number): boolean {
     const entry = this.hosts.get(host);
-    return entry !== undefined && (entry.outbox.length > 0 || entry.cancels.length > 0);
+    return (
+      entry !== undefined &&
+      (entry.outbox.length > 0 || entry.cancels.length > 0 || entry.ringNews !== undefined)
+    );
   }
 
   takeReply(host: number): SyncReply {
@@ -188,10 +217,13 @@ export class SwarmService {
     // Absent means unchanged, so a list that became empty is still sent.
     const changed = entry.peersSent !== this.membership;
     entry.peersSent = this.membership;
+    const ringNews = entry.ringNews;
+    delete entry.ringNews;
     const reply: SyncReply = {
       assignments: entry.outbox.splice(0),
       cancellations: entry.cancels.splice(0),
       ...(changed ? this.peersFor(entry) : {}),
+      ...(ringNews === undefined ? {} : { ring: ringNews === '' ? {} : { parent: ringNews } }),
     };
     return reply;
   }
@@ -225,8 +257,15 @@ export class SwarmService {
     }
     const due = this.core.pollTimeout();
     if (due !== undefined && due <= nowMs) this.core.handleTimeout(nowMs);
+    const ringDue = this.ring?.nextCheckMs();
+    if (this.ring !== undefined && ringDue !== undefined && ringDue <= nowMs) {
+      this.ring.check(nowMs, (parent, child) => this.core.holdsMissing(parent, child));
+      this.applyRing(nowMs);
+    }
     this.distribute(nowMs);
-    return this.core.pollTimeout();
+    const next = this.core.pollTimeout();
+    const ringNext = this.ring?.nextCheckMs();
+    return next === undefined ? ringNext : ringNext === undefined ? next : Math.min(next, ringNext);
   }
 
   /** A parked sync counts as contact: the host is alive while its request is open. */
@@ -279,6 +318,8 @@ export class SwarmService {
     const entry = this.hosts.get(host);
     if (entry === undefined) return;
     this.core.removeHost(nowMs, host);
+    this.ring?.leave(nowMs, host);
+    this.applyRing(nowMs);
     for (const [transferId, transfer] of this.transferHost) {
       if (transfer.host === host) this.transferHost.delete(transferId);
     }
@@ -288,6 +329,20 @@ export class SwarmService {
     if (this.core.isBlamed(host)) this.blamedIds.set(entry.name, host);
     else this.freeIds.push(host);
     entry.wake?.();
+  }
+
+  /** Ring mode: passes the plan's changes to the core and into the hosts' next replies. */
+  private applyRing(nowMs: number): void {
+    if (this.ring === undefined) return;
+    for (const change of this.ring.pollChanges()) {
+      this.core.setRing(nowMs, change.host, change.ring, change.parent !== NO_PARENT);
+      const entry = this.hosts.get(change.host);
+      if (entry === undefined) continue;
+      entry.ringNews = change.parent === NO_PARENT ? '' : (this.hosts.get(change.parent)?.url ?? '');
+      const wake = entry.wake;
+      delete entry.wake;
+      wake?.();
+    }
   }
 
   /**

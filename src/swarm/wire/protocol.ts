@@ -85,6 +85,10 @@ export const syncSchema = s.object({
   ending: s.optional(s.array(id, { max: SYNC_ITEMS_MAX })),
   /** How long the scheduler may hold the request when it has nothing to say. */
   waitMs: s.count(SYNC_WAIT_MS_MAX),
+  /** Ring mode: pieces pushed to this host by its ring parent, verified and stored since the last sync. */
+  held: s.optional(s.array(id, { max: SYNC_ITEMS_MAX })),
+  /** Ring mode: the feed from this host's ring parent ended, and why (the scheduler cuts the link). */
+  ringLost: s.optional(s.string({ max: 1024 })),
 });
 export type Sync = s.Infer<typeof syncSchema>;
 
@@ -125,6 +129,11 @@ export const syncReplySchema = s.object({
   peers: s.optional(s.array(s.string({ max: 2048 }), { max: 1024 })),
   /** With `peers`, for a host with a rack: how many of the first peers listed share its rack. */
   rackPeers: s.optional(s.count(1024)),
+  /**
+   * Ring mode: this host's ring parent changed; subscribe to `parent` (a base URL), or, without it,
+   * to nobody. Absent: unchanged.
+   */
+  ring: s.optional(s.object({ parent: s.optional(s.string({ max: 2048 })) })),
 });
 export type SyncReply = s.Infer<typeof syncReplySchema>;
 
