@@ -23,7 +23,7 @@ import { assert } from '../errors.js';
 import { FALLBACK_ORIGIN_READS_MAX } from '../swarm/core/fallback.js';
 import { Random } from '../swarm/core/random.js';
 import { SwarmCore } from '../swarm/core/swarm-core.js';
-import { RING_REPORT_MS_DEFAULT, RING_STALL_MS_DEFAULT } from '../swarm/core/ring-plan.js';
+import { RING_REPORT_MS_DEFAULT, RING_STALL_MS_DEFAULT, ringOriginReaders } from '../swarm/core/ring-plan.js';
 import { ORIGIN, RING_PARENTS_DEFAULT, type HostSpec } from '../swarm/core/types.js';
 import { fluidLowerBoundSeconds } from './bound.js';
 import { FallbackSim } from './fallback-sim.js';
@@ -182,7 +182,9 @@ class SimRun {
       pieceBytes: options.pieceBytes,
       totalBytes: options.totalBytes,
       originUploadBytesPerSecond: options.originBytesPerSecond,
-      originReadersMax: options.originReaders,
+      ...(options.ringPush === true
+        ? ringOriginReaders(options.originReaders)
+        : { originReadersMax: options.originReaders }),
       downloadsPerHostMax: options.downloadsPerHost,
       uploadsPerHostMax: options.uploadsPerHost,
       hedgeTailPieces: options.hedgeTailPieces,

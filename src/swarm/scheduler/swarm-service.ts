@@ -12,7 +12,7 @@
 
 import { WeightcastError } from '../../errors.js';
 import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
-import { NO_PARENT, RING_STALL_MS_DEFAULT, RingPlan } from '../core/ring-plan.js';
+import { NO_PARENT, RING_STALL_MS_DEFAULT, RingPlan, ringOriginReaders } from '../core/ring-plan.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
 import { TRANSFER_UNIT_BYTES_DEFAULT, TransferUnits, unitPiecesFor } from './transfer-units.js';
@@ -434,7 +434,9 @@ export function coreConfig(units: TransferUnits, options: SwarmServiceOptions): 
     // of origin bytes, which the service counts exactly itself.
     totalBytes: Math.max(1, (units.count - 1) * units.unitBytes + lastLength),
     originUploadBytesPerSecond: options.originBytesPerSecond,
-    originReadersMax: options.originReaders,
+    ...(options.ringPush === true
+      ? ringOriginReaders(options.originReaders)
+      : { originReadersMax: options.originReaders }),
     downloadsPerHostMax: options.downloadsPerHost,
     uploadsPerHostMax: options.uploadsPerHost,
     // Counted in transfers: halving it for units of 2 left hosts trailing at 8 x 100 Mbit/s.
