@@ -352,3 +352,37 @@ test('the parent refuses a SUBSCRIBE of the wrong size and any request after one
     await parent.close();
   }
 });
+
+test('a parent pushes one model to at most two subscribers at once; a third is told it is busy', async () => {
+  const model = new ParentModel([]);
+  const parent = await parentAgent(model);
+  try {
+    const first = child(parent.url, []);
+    const second = child(parent.url, []);
+    await within(
+      (async () => {
+        while (model.watchers < 2) await sleep(10);
+      })(),
+      10_000,
+      'two subscriptions',
+    );
+    const third = child(parent.url, []);
+    const error = await within(third.ended, 10_000, 'the third feed to end');
+    assert.equal(error?.code, 'SWARM_BUSY');
+    first.feed.close();
+    await within(
+      (async () => {
+        while (model.watchers > 1) await sleep(10);
+      })(),
+      10_000,
+      'the first subscription to close',
+    );
+    const fourth = child(parent.url, []);
+    model.verify(5);
+    await within(fourth.got(1), 10_000, 'a push to the subscriber that took the freed place');
+    second.feed.close();
+    fourth.feed.close();
+  } finally {
+    await parent.close();
+  }
+});

@@ -81,6 +81,11 @@ export interface PeerWireServerOptions {
   helloTimeoutMs?: number;
   /** Connections at once. Default 1024. */
   connectionsMax?: number;
+  /**
+   * Ring subscriptions at once per model (pushes take no upload slot, so this bounds what
+   * subscribers can draw). Default 2: the ring child, and its successor while the ring changes.
+   */
+  subscriptionsMax?: number;
   /** Whether a HELLO's credential admits the peer (the cluster token); default: everyone. */
   authenticate?: (credential: Uint8Array) => boolean;
 }
@@ -90,6 +95,8 @@ const THROTTLED_CHUNK_BYTES = 256 * 1024;
 
 export class PeerWireServer {
   private readonly sockets = new Set<Socket>();
+  /** Ring subscriptions open, by model. */
+  private readonly subscriptions = new Map<string, number>();
   private closed = false;
 
   constructor(private readonly options: PeerWireServerOptions) {}
@@ -113,7 +120,7 @@ export class PeerWireServer {
     socket.write(
       `HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: ${PEER_WIRE_UPGRADE}\r\n\r\n`,
     );
-    const connection = new ServerConnection(socket, this.options);
+    const connection = new ServerConnection(socket, this.options, this.subscriptions);
     if (head.length > 0) connection.onData(head);
   }
 
@@ -129,6 +136,7 @@ class ServerConnection {
   /** Requests received and not yet answered, the one being answered first. */
   private readonly queue: PieceRequest[] = [];
   private model: ServedModel | undefined;
+  private modelHex = '';
   private serving = false;
   /** A SUBSCRIBE's bitfield while it arrives, then the subscription it opened. */
   private subscribing: { bytes: Buffer; filled: number } | undefined;
@@ -137,6 +145,7 @@ class ServerConnection {
   constructor(
     private readonly socket: Socket,
     private readonly options: PeerWireServerOptions,
+    private readonly subscriptions: Map<string, number>,
   ) {
     socket.setTimeout(options.helloTimeoutMs ?? 10_000, () => socket.destroy());
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -167,6 +176,7 @@ class ServerConnection {
           return;
         }
         this.model = model;
+        this.modelHex = hex;
         this.socket.setTimeout(this.options.idleTimeoutMs ?? 30_000);
         this.socket.write(
           encodeHello({ version: PEER_WIRE_VERSION, model: event.hello.model, credential: new Uint8Array() }),
@@ -230,6 +240,12 @@ class ServerConnection {
       this.goodbye(WireStatus.protocol, 'a SUBSCRIBE on a connection with requests open');
       return;
     }
+    const open = this.subscriptions.get(this.modelHex) ?? 0;
+    const limit = this.options.subscriptionsMax ?? 2;
+    if (open >= limit) {
+      this.goodbye(WireStatus.busy, `this agent already pushes this model to ${open} subscribers`);
+      return;
+    }
     const expected = subscribeBytes(model.pieceCount);
     if (length !== expected) {
       this.goodbye(
@@ -239,6 +255,13 @@ class ServerConnection {
       return;
     }
     this.subscribing = { bytes: Buffer.alloc(length), filled: 0 };
+    this.subscriptions.set(this.modelHex, open + 1);
+    const hex = this.modelHex;
+    this.socket.once('close', () => {
+      const left = (this.subscriptions.get(hex) ?? 1) - 1;
+      if (left > 0) this.subscriptions.set(hex, left);
+      else this.subscriptions.delete(hex);
+    });
   }
 
   private startPushing(): void {
