@@ -233,6 +233,8 @@ export class Cluster {
     originBytesAssigned: number;
     /** Transfers the scheduler planned that were verified (ring pushes are not among them). */
     transfersVerified: number;
+    /** Ring mode: members, fed now, cut. */
+    ring?: { members: number; fed: number; cut: number };
     hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
   }> {
     // The scheduler and agents inherit this environment: a cluster token there is theirs too.
@@ -246,6 +248,7 @@ export class Cluster {
       pieceCount: number;
       originBytesAssigned: number;
       transfersVerified: number;
+      ring?: { members: number; fed: number; cut: number };
       hosts: Array<{ name: string; demoted: boolean; banned: boolean; url: string }>;
     };
   }

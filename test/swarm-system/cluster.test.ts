@@ -183,6 +183,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
           status.originBytesAssigned / size <= 1.1,
           `origin sent ${status.originBytesAssigned / size} x S`,
         );
+        assert.deepEqual(status.ring, { members: 4, fed: 4, cut: 0 }, 'no ring link was lost');
       },
     );
   });

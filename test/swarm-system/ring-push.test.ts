@@ -15,6 +15,7 @@ import { WeightcastError } from '../../src/errors.js';
 import { newBitfield, setBit } from '../../src/swarm/core/bitfield.js';
 import { PeerWireServer, type ServedModel } from '../../src/swarm/agent/peer-wire-server.js';
 import { RingFeed, type RingFeedOptions } from '../../src/swarm/agent/ring-feed.js';
+import type { RingArrivingListener } from '../../src/swarm/agent/member.js';
 import { UploadSlots } from '../../src/swarm/agent/upload-slots.js';
 import {
   FrameDecoder,
@@ -41,6 +42,8 @@ const digest = (bytes: Uint8Array): string => createHash('sha256').update(bytes)
 class ParentModel {
   readonly held = new Set<number>();
   private readonly listeners = new Set<(piece: number) => void>();
+  /** Cut-through listeners (a push session passing on pieces as they arrive here). */
+  readonly arriving = new Set<RingArrivingListener>();
   constructor(held: number[]) {
     for (const piece of held) this.held.add(piece);
   }
@@ -70,6 +73,10 @@ class ParentModel {
                 return () => this.listeners.delete(listener);
               },
               pieceLength: length,
+              watchArriving: (listener) => {
+                this.arriving.add(listener);
+                return () => this.arriving.delete(listener);
+              },
             },
           }
         : {}),
@@ -382,6 +389,53 @@ test('a parent pushes one model to at most two subscribers at once; a third is t
     await within(fourth.got(1), 10_000, 'a push to the subscriber that took the freed place');
     second.feed.close();
     fourth.feed.close();
+  } finally {
+    await parent.close();
+  }
+});
+
+test('cut-through: a piece arriving at the parent is passed on as its bytes land, its buffer pinned until sent', async () => {
+  const model = new ParentModel([0]);
+  const parent = await parentAgent(model);
+  try {
+    const c = child(parent.url, [0]);
+    await within(
+      (async () => {
+        while (model.arriving.size === 0) await sleep(10);
+      })(),
+      10_000,
+      'the subscription',
+    );
+    const [listener] = [...model.arriving];
+    const piece = 7;
+    const buffer = Buffer.alloc(length(piece));
+    let pins = 0;
+    listener!.start(piece, buffer, () => {
+      pins++;
+      return () => pins--;
+    });
+    assert.equal(pins, 1, 'the buffer is pinned while its bytes go out');
+    const half = buffer.length >> 1;
+    bytesOf(piece).copy(buffer, 0, 0, half);
+    listener!.progress(piece, half);
+    await sleep(20);
+    assert.deepEqual(c.pieces, [], 'half a piece is not a piece');
+    bytesOf(piece).copy(buffer, half, half);
+    listener!.progress(piece, buffer.length);
+    listener!.end(piece, true);
+    await within(c.got(1), 10_000, 'the piece passed on');
+    assert.deepEqual(c.pieces, [piece], 'the child got the bytes, checked');
+    for (let i = 0; i < 50 && pins > 0; i++) await sleep(10);
+    assert.equal(pins, 0, 'the pin is released once the bytes are written');
+    model.verify(piece);
+    await sleep(50);
+    assert.equal(c.pieces.length, 1, 'a piece passed on is not pushed again once verified here');
+    // A piece that stops arriving ends the connection: the child has a truncated push.
+    listener!.start(9, Buffer.alloc(length(9)), () => () => undefined);
+    listener!.progress(9, 100);
+    listener!.end(9, false);
+    const error = await within(c.ended, 10_000, 'the feed to end');
+    assert.equal(error?.code, 'ORIGIN_IO');
   } finally {
     await parent.close();
   }

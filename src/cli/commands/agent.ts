@@ -191,6 +191,11 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
     case 'piece':
       if (event.outcome === 'corrupt') io.stdout(`model ${model}: ${corruptPieceText(event)}; refetching\n`);
       break;
+    case 'ring-lost':
+      io.stdout(
+        `model ${model}: the ring feed from ${event.parent} ended (${event.reason}); the scheduler plans this host's pieces again\n`,
+      );
+      break;
     case 'complete':
       originRetries.delete(event.model);
       io.stdout(`model ${model}: complete; seeding\n`);

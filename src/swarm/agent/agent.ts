@@ -993,6 +993,7 @@ export class Agent {
       ring: {
         heldBitfield: () => entry.member.heldBitfield(),
         watchVerified: (listener) => entry.member.watchVerified(listener),
+        watchArriving: (listener) => entry.member.watchArriving(listener),
         pieceLength: (piece) => map.pieceLength(piece),
       },
     };

@@ -19,7 +19,7 @@
  */
 
 import type { ServiceAccess } from '../../auth/transport.js';
-import { WeightcastError } from '../../errors.js';
+import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { PIECE_RETRIES_DEFAULT } from '../../piece/verify.js';
 import type { Origin } from '../../origin/origin.js';
 import type { Throttle } from '../../util/throttle.js';
@@ -77,9 +77,18 @@ export interface MemberOptions {
   onEvent?: (event: MemberEvent) => void;
 }
 
+/** A pushed piece's bytes as they land (SwarmMember.watchArriving); `pin` holds its buffer. */
+export interface RingArrivingListener {
+  start(piece: number, bytes: Buffer, pin: () => () => void): void;
+  progress(piece: number, filled: number): void;
+  end(piece: number, whole: boolean): void;
+}
+
 export type MemberEvent =
   | { type: 'registered'; host: number; held: number }
   | { type: 'scheduler-lost'; reason: string }
+  /** Ring mode: the feed from the ring parent ended with an error (the scheduler is told). */
+  | { type: 'ring-lost'; parent: string; reason: string }
   | PieceEvent
   | { type: 'complete' }
   | { type: 'failed'; code: string; reason: string };
@@ -115,6 +124,13 @@ const ENDING_RECHECK_MIN_MS = 5;
 const ENDING_SAMPLE_MIN_MS = 10;
 /** A transfer's progress is looked at again no sooner than this many more bytes. */
 const ENDING_WATCH_BYTES_MIN = 16 * 1024;
+
+/**
+ * Ring mode: a ring parent that says it has not joined the model yet is asked again this often, at
+ * most this many times in a row (2 s in all) before the link is reported lost.
+ */
+const RING_REFUSAL_RETRY_MS = 100;
+const RING_REFUSALS_MAX = 20;
 
 /** Wrong copies of one piece from the origin that stop the model: as many as a pull from the origin allows. */
 export const ORIGIN_CORRUPT_COPIES_MAX = PIECE_RETRIES_DEFAULT + 1;
@@ -154,8 +170,13 @@ export class SwarmMember {
   /** Ring mode: the feed from the ring parent, and the parent's URL. */
   private ringFeed: RingFeed | undefined;
   private ringParent: string | undefined;
+  /** Subscriptions the parent refused as not yet joined to the model, in a row; the retry's timer. */
+  private ringRefusals = 0;
+  private ringRetry: ReturnType<typeof setTimeout> | undefined;
   /** Listeners for each piece verified here (a ring child's push session). */
   private readonly verifiedListeners = new Set<(piece: number) => void>();
+  /** Listeners for pushed pieces' bytes as they land (a ring child's push session, cutting through). */
+  private readonly arrivingListeners = new Set<RingArrivingListener>();
 
   constructor(private readonly options: MemberOptions) {
     this.downloadsMax = options.downloadsMax ?? 8;
@@ -255,6 +276,15 @@ export class SwarmMember {
     return () => this.verifiedListeners.delete(listener);
   }
 
+  /**
+   * Calls `listener` as pieces pushed by the ring parent land, with a `pin` that keeps their buffer
+   * out of the pool until released; returns the unsubscribe.
+   */
+  watchArriving(listener: RingArrivingListener): () => void {
+    this.arrivingListeners.add(listener);
+    return () => this.arrivingListeners.delete(listener);
+  }
+
   /** The ring feed's pieces so far (tests, status). */
   get ringReceived(): number {
     return this.ringFeed?.received ?? 0;
@@ -283,6 +313,7 @@ export class SwarmMember {
     this.controller.abort(new WeightcastError('ABORTED', 'the swarm member is closing'));
     this.setRingParent(undefined);
     this.verifiedListeners.clear();
+    this.arrivingListeners.clear();
     for (const fetch of this.fetches.values()) fetch.controller.abort();
     await Promise.allSettled(this.loops);
     await this.fetcher.close();
@@ -334,7 +365,10 @@ export class SwarmMember {
    */
   private setRingParent(url: string | undefined): void {
     if (url === this.ringParent && (url === undefined || this.ringFeed !== undefined)) return;
+    if (url !== this.ringParent) this.ringRefusals = 0;
     this.ringParent = url;
+    clearTimeout(this.ringRetry);
+    this.ringRetry = undefined;
     const old = this.ringFeed;
     this.ringFeed = undefined;
     old?.close();
@@ -351,10 +385,38 @@ export class SwarmMember {
       pieceLength: (piece) => map.pieceLength(piece),
       bufferFor: (_piece, length) => this.fetcher.bufferFor(length),
       onPiece: (piece, bytes) => this.fetcher.storePushed(piece, bytes, url),
+      arriving: {
+        start: (piece, bytes) => {
+          for (const listener of this.arrivingListeners)
+            listener.start(piece, bytes, () => this.fetcher.pin(bytes));
+        },
+        progress: (piece, filled) => {
+          for (const listener of this.arrivingListeners) listener.progress(piece, filled);
+        },
+        end: (piece, whole) => {
+          for (const listener of this.arrivingListeners) listener.end(piece, whole);
+        },
+      },
       onEnd: (error) => {
         if (this.ringFeed !== feed) return;
         this.ringFeed = undefined;
-        if (error !== undefined && !this.controller.signal.aborted) this.session.ringLost(error.message);
+        if (error === undefined || this.controller.signal.aborted) return;
+        // A parent that registered a moment ago may still be opening the model (its member starts
+        // before its store is open): asked again shortly, a few times, before the link is given up.
+        if (isWeightcastError(error, 'SWARM_UNKNOWN_MODEL') && this.ringRefusals < RING_REFUSALS_MAX) {
+          this.ringRefusals++;
+          this.ringRetry = setTimeout(() => {
+            this.ringRetry = undefined;
+            if (this.ringParent === url && this.ringFeed === undefined) {
+              this.ringParent = undefined;
+              this.setRingParent(url);
+            }
+          }, RING_REFUSAL_RETRY_MS);
+          this.ringRetry.unref();
+          return;
+        }
+        this.session.ringLost(error.message);
+        this.options.onEvent?.({ type: 'ring-lost', parent: url, reason: error.message });
       },
     });
     this.ringFeed = feed;

@@ -275,6 +275,7 @@ class ServerConnection {
     const push = new RingPushSession(this.socket, model, model.ring, childHeld, {
       uploads: this.options.uploads,
       send: (head, bytes) => this.send(head, bytes),
+      cutThrough: !this.options.throttle.limited,
       ...(this.options.corruptUploads === true ? { corruptUploads: true } : {}),
     });
     this.push = push;

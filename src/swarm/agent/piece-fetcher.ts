@@ -126,6 +126,9 @@ export class PieceFetcher {
   private readonly originFailures = new Map<number, number>();
   /** Piece buffers, reused: fresh multi-MiB allocations cost page faults and GC on every piece. */
   private readonly buffers: Buffer[] = [];
+  /** Buffers a socket may still read from (pin), and those to pool once it no longer does. */
+  private readonly pinned = new Map<Buffer, number>();
+  private readonly recycleWhenUnpinned = new Set<Buffer>();
   /** One reader per peer (a persistent connection), reading pieces straight into the buffers. */
   private readonly peers = new Map<string, PeerReader>();
   /** File path to manifest index, for the peer readers. */
@@ -140,7 +143,7 @@ export class PieceFetcher {
     this.recent = new RecentPieces({
       budget,
       pieceSize: options.map.pieceSize,
-      recycle: (buffer) => this.buffers.push(buffer),
+      recycle: (buffer) => this.recycle(buffer),
     });
   }
 
@@ -171,8 +174,34 @@ export class PieceFetcher {
     // A read that failed or was cancelled may still have bytes in flight towards its buffer: only
     // buffers whose read completed go back to the pool. A verified run's buffer serves uploads first.
     if (result.outcome === 'verified') this.recent.keep(fetch.piece, fetch.pieces, buffer, fetch.length);
-    else if (result.outcome === 'corrupt') this.buffers.push(buffer);
+    else if (result.outcome === 'corrupt') this.recycle(buffer);
     return result;
+  }
+
+  /**
+   * Ring mode: `buffer` is being written to a socket from (a push cut through while its piece
+   * arrives): it goes back to the pool only once every pin is released.
+   */
+  pin(buffer: Buffer): () => void {
+    this.pinned.set(buffer, (this.pinned.get(buffer) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (this.pinned.get(buffer) ?? 1) - 1;
+      if (left > 0) {
+        this.pinned.set(buffer, left);
+        return;
+      }
+      this.pinned.delete(buffer);
+      if (this.recycleWhenUnpinned.delete(buffer)) this.buffers.push(buffer);
+    };
+  }
+
+  /** A buffer nothing needs any more goes back to the pool, or waits for its pins. */
+  private recycle(buffer: Buffer): void {
+    if (this.pinned.has(buffer)) this.recycleWhenUnpinned.add(buffer);
+    else this.buffers.push(buffer);
   }
 
   /** Ring mode: a pooled buffer for a piece pushed by the ring parent (ring-feed.ts). */
@@ -193,7 +222,7 @@ export class PieceFetcher {
     try {
       result = await this.options.store.put(piece, buffer.subarray(0, length));
     } catch (error) {
-      this.buffers.push(buffer);
+      this.recycle(buffer);
       if (isWeightcastError(error) && error.code === 'IO') this.options.onStoreFailure(error);
       throw error;
     }
@@ -209,7 +238,7 @@ export class PieceFetcher {
       ring: true,
     };
     if (result === 'corrupt') {
-      this.buffers.push(buffer);
+      this.recycle(buffer);
       this.stats.corruptPieces++;
       const where = this.options.map.locate(piece);
       event.file = { path: where.file.path, piece: where.piece };
@@ -221,7 +250,7 @@ export class PieceFetcher {
       );
     }
     if (result === 'duplicate') {
-      this.buffers.push(buffer);
+      this.recycle(buffer);
       this.stats.duplicateBytes += length;
     } else {
       this.recent.keep(piece, 1, buffer, length);

@@ -61,6 +61,18 @@ export interface RingFeedOptions {
   onEnd: (error: WeightcastError | undefined) => void;
   /** Pieces handed to onPiece and not settled, at most; default 4. */
   pendingMax?: number;
+  /**
+   * A pushed piece's bytes as they land, so they can be passed on before the piece is complete:
+   * `start` with its buffer, `progress` with the bytes landed so far, `end` with whether it came whole.
+   */
+  arriving?: ArrivingListener;
+}
+
+/** Watches pushed pieces' bytes as they land (see RingFeedOptions.arriving). */
+export interface ArrivingListener {
+  start(piece: number, bytes: Buffer): void;
+  progress(piece: number, filled: number): void;
+  end(piece: number, whole: boolean): void;
 }
 
 const PENDING_MAX_DEFAULT = 4;
@@ -133,6 +145,7 @@ export class RingFeed {
     if (this.ended) return;
     this.ended = true;
     clearTimeout(this.helloTimer);
+    if (this.target !== undefined) this.options.arriving?.end(this.target.piece, false);
     this.target = undefined;
     if (error !== undefined) this.socket.destroy();
     this.options.onEnd(error);
@@ -164,6 +177,7 @@ export class RingFeed {
     const target = this.target;
     if (target !== undefined) {
       target.filled += count;
+      this.options.arriving?.progress(target.piece, target.filled);
       event = this.decoder.bodyLanded(count);
     } else {
       event = this.decoder.smallLanded(count);
@@ -252,12 +266,14 @@ export class RingFeed {
     }
     const bytes = this.options.bufferFor(piece, length);
     this.target = { piece, bytes: bytes.subarray(0, length), filled: 0 };
+    this.options.arriving?.start(piece, this.target.bytes);
   }
 
   private onPushEnd(): void {
     const target = this.target;
     this.target = undefined;
     if (target === undefined) return;
+    this.options.arriving?.end(target.piece, true);
     this.received++;
     this.pending++;
     this.options.onPiece(target.piece, target.bytes).then(

@@ -16,6 +16,8 @@
 import type { Socket } from 'node:net';
 import { RingPusher } from '../core/ring-pusher.js';
 import { encodePushHead } from '../wire/peer-frames.js';
+import { writeDone } from '../../util/write-done.js';
+import type { RingArrivingListener } from './member.js';
 import type { ServedModel } from './peer-wire-server.js';
 import type { UploadSlots } from './upload-slots.js';
 
@@ -27,6 +29,8 @@ export interface RingSource {
   watchVerified(listener: (piece: number) => void): () => void;
   /** The piece's length in bytes (the last piece of a file may be short). */
   pieceLength(piece: number): number;
+  /** Pieces pushed to this agent, as their bytes land (cut-through); returns the unsubscribe. */
+  watchArriving?(listener: RingArrivingListener): () => void;
 }
 
 export interface PushSessionOptions {
@@ -35,11 +39,19 @@ export interface PushSessionOptions {
   send: (head: Buffer, bytes: Buffer) => Promise<boolean>;
   /** Fault injection for tests: flip one byte of every piece pushed. */
   corruptUploads?: boolean;
+  /**
+   * Pass a piece pushed to this agent on to the child as its bytes land, before it is verified here
+   * (the child verifies it itself); off under an upload throttle, which meters whole writes.
+   */
+  cutThrough?: boolean;
 }
 
 export class RingPushSession {
   private readonly pusher: RingPusher;
   private readonly unwatch: () => void;
+  private readonly unwatchArriving: () => void;
+  /** A piece passed on while it arrives: its buffer (pinned), bytes written so far, the pin's release. */
+  private streaming: { piece: number; bytes: Buffer; sent: number; release: () => void } | undefined;
   private sending = false;
   private pumpQueued = false;
   private closed = false;
@@ -68,6 +80,16 @@ export class RingPushSession {
         });
       }
     });
+    this.unwatchArriving =
+      options.cutThrough === true && options.corruptUploads !== true && ring.watchArriving !== undefined
+        ? ring.watchArriving({
+            start: (piece, bytes, pin) => this.streamStart(piece, bytes, pin),
+            progress: (piece, filled) => this.streamProgress(piece, filled),
+            end: (piece, whole) => {
+              if (!whole && this.streaming?.piece === piece) this.streamDone(false);
+            },
+          })
+        : () => undefined;
     this.pusher.subscribe(childHeld, ring.heldBitfield());
     socket.once('close', () => this.close());
     this.pump();
@@ -87,7 +109,58 @@ export class RingPushSession {
     if (this.closed) return;
     this.closed = true;
     this.unwatch();
+    this.unwatchArriving();
+    this.streaming?.release();
+    this.streaming = undefined;
     this.pusher.unsubscribe();
+  }
+
+  /**
+   * Cut-through: a piece starts arriving from this agent's own ring parent; if nothing is being
+   * pushed and the child lacks it, its head goes out now and its bytes follow as they land. A piece
+   * that then fails this agent's check reaches the child anyway, which checks it too and cuts the
+   * feed; one that stops arriving ends the connection (the child then has a truncated push).
+   */
+  private streamStart(piece: number, bytes: Buffer, pin: () => () => void): void {
+    if (this.sending || this.closed || this.socket.destroyed || !this.pusher.take(piece)) return;
+    this.sending = true;
+    this.streaming = { piece, bytes, sent: 0, release: pin() };
+    // The head rides with the first bytes.
+    this.socket.cork();
+    this.socket.write(encodePushHead(piece, bytes.length));
+  }
+
+  private streamProgress(piece: number, filled: number): void {
+    const streaming = this.streaming;
+    if (streaming === undefined || streaming.piece !== piece || filled <= streaming.sent) return;
+    const chunk = streaming.bytes.subarray(streaming.sent, filled);
+    const first = streaming.sent === 0;
+    streaming.sent = filled;
+    if (filled < streaming.bytes.length) {
+      this.socket.write(chunk);
+      if (first) this.socket.uncork();
+      return;
+    }
+    const written = writeDone(this.socket, chunk);
+    if (first) this.socket.uncork();
+    void written.then((ok) => {
+      if (this.streaming === streaming) this.streamDone(ok);
+    });
+  }
+
+  private streamDone(ok: boolean): void {
+    const streaming = this.streaming;
+    if (streaming === undefined) return;
+    this.streaming = undefined;
+    if (streaming.sent === 0) this.socket.uncork();
+    streaming.release();
+    this.sending = false;
+    if (ok && streaming.sent === streaming.bytes.length) this.pushed++;
+    else {
+      this.socket.destroy();
+      return;
+    }
+    this.pump();
   }
 
   private pump(): void {

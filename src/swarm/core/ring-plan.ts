@@ -109,6 +109,13 @@ export class RingPlan {
     return this.parent.has(host);
   }
 
+  /** Members, those fed by a ring parent now, and those cut. */
+  summary(): { members: number; fed: number; cut: number } {
+    let fed = 0;
+    for (const parent of this.parent.values()) if (parent !== NO_PARENT) fed++;
+    return { members: this.parent.size, fed, cut: this.cutHosts.size };
+  }
+
   /** The member's ring, or NO_RING. */
   ringOf(host: HostId): number {
     return this.ringOfHost.get(host) ?? NO_RING;

@@ -70,6 +70,17 @@ export class RingPusher {
     this.enqueue(piece);
   }
 
+  /**
+   * Takes `piece` to push now, ahead of the queue (its bytes are arriving and can be passed on as
+   * they do): true when the child lacks it, which from now on it is taken to hold.
+   */
+  take(piece: number): boolean {
+    const childHeld = this.childHeld;
+    if (childHeld === undefined || !this.inRange(piece) || hasBit(childHeld, piece)) return false;
+    setBit(childHeld, piece);
+    return true;
+  }
+
   /** The next piece to push, taken as the child's from now on; -1 when there is none. */
   next(): number {
     const childHeld = this.childHeld;

@@ -300,6 +300,7 @@ export class SwarmService {
         refuted: stats.rechecksRefuted,
         confirmed: stats.rechecksConfirmed,
       },
+      ...(this.ring === undefined ? {} : { ring: this.ring.summary() }),
     };
   }
 

@@ -164,6 +164,8 @@ export const swarmStatusSchema = s.object({
   transfersFailed: amount,
   /** Re-checks of suspected pieces by a third host: started, refuting the report, confirming it. */
   rechecks: s.object({ started: amount, refuted: amount, confirmed: amount }),
+  /** Ring mode: hosts in rings, those fed by a ring parent now, and those whose link was cut. */
+  ring: s.optional(s.object({ members: amount, fed: amount, cut: amount })),
 });
 export type SwarmStatus = s.Infer<typeof swarmStatusSchema>;
 
