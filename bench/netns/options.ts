@@ -88,8 +88,9 @@ export interface Options {
   uploads: number | undefined;
   /** Hedged tail pieces per host (scheduler and simulator); undefined: their default. */
   hedgeTail: number | undefined;
-  /** Ring mode (`--ring-push`) for the scheduler and the simulator. */
+  /** Ring mode (`--ring-push`) for the scheduler and the simulator; `--ring-chain` for chains. */
   ringPush: boolean;
+  ringChain: boolean;
   /** Pieces per transfer unit (`--transfer-unit`); undefined: the scheduler's own choice. */
   transferUnit: number | undefined;
   /** The testbed links' MTU (netns only). */
@@ -136,7 +137,7 @@ export const USAGE = [
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
-  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it)',
+  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it); --ring-chain: chains',
   "  --transfer-unit N|auto (pieces per transfer; auto: the scheduler's choice, the simulator moves units as pieces)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
@@ -179,6 +180,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       uploads: { type: 'string' },
       'hedge-tail': { type: 'string' },
       'ring-push': { type: 'boolean', default: false },
+      'ring-chain': { type: 'boolean', default: false },
       'transfer-unit': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
@@ -231,6 +233,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
     ringPush: values['ring-push'] === true,
+    ringChain: values['ring-chain'] === true,
     transferUnit: transferUnit(values['transfer-unit']),
   };
 }
@@ -271,6 +274,7 @@ export function originReadersFlags(options: Pick<Options, 'originReaders'>): str
 export function schedulingFlags(options: Options): string[] {
   return [
     ...(options.ringPush ? ['--ring-push'] : []),
+    ...(options.ringChain ? ['--ring-chain'] : []),
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
     ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),

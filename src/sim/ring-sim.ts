@@ -28,6 +28,7 @@ export interface RingSimOptions {
   latencyMs: number;
   stallMs: number;
   reportMs: number;
+  chain?: boolean;
   pieceBytes(piece: number): number;
 }
 
@@ -64,7 +65,7 @@ export class RingSim {
     private readonly network: FluidNetwork,
   ) {
     this.options = options;
-    this.plan = new RingPlan({ stallMs: options.stallMs });
+    this.plan = new RingPlan({ stallMs: options.stallMs, chain: options.chain === true });
     this.truth = Array.from({ length: options.hosts }, () => newBitfield(options.pieceCount));
     this.truthCount = new Int32Array(options.hosts);
     this.nextReportMs = options.reportMs;

@@ -78,6 +78,8 @@ export interface SimOptions {
   ringStallMs?: number;
   /** Ring mode: how often hosts tell the scheduler of pushed pieces (default RING_REPORT_MS_DEFAULT). */
   ringReportMs?: number;
+  /** Ring mode as chains (ring-plan.ts `chain`). */
+  ringChain?: boolean;
 }
 
 export interface SimResult {
@@ -183,13 +185,14 @@ class SimRun {
       totalBytes: options.totalBytes,
       originUploadBytesPerSecond: options.originBytesPerSecond,
       ...(options.ringPush === true
-        ? ringOriginReaders(options.originReaders)
+        ? ringOriginReaders(options.originReaders, options.ringChain === true)
         : { originReadersMax: options.originReaders }),
       downloadsPerHostMax: options.downloadsPerHost,
       uploadsPerHostMax: options.uploadsPerHost,
       hedgeTailPieces: options.hedgeTailPieces,
       randomSeed: options.seed,
       ringParents: options.ringParents ?? RING_PARENTS_DEFAULT,
+      ...(options.ringPush === true && options.ringChain === true ? { ringChain: true } : {}),
     });
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
     if (options.ringPush === true) {
@@ -206,6 +209,7 @@ class SimRun {
           latencyMs: options.latencyMs,
           stallMs: options.ringStallMs ?? RING_STALL_MS_DEFAULT,
           reportMs: options.ringReportMs ?? RING_REPORT_MS_DEFAULT,
+          chain: options.ringChain === true,
           pieceBytes: (piece) => this.pieceSize(piece),
         },
         this.core,

@@ -285,3 +285,25 @@ test('ring mode refuses adversaries and a scheduler loss, on the command line to
   assert.notEqual(code, 0);
   assert.match(io.err.join(''), /--ring-push does not simulate/);
 });
+
+test('ring mode as a chain: the head reads every piece from the origin once and the chain pushes the rest', () => {
+  const seed = 44;
+  const pieceBytes = 512 * 1024;
+  const result = simulate(
+    options({
+      seed,
+      hosts: 8,
+      totalBytes: 128 * MiB,
+      pieceBytes,
+      hostBytesPerSecond: 25e6,
+      originBytesPerSecond: 25e6,
+      ringPush: true,
+      ringChain: true,
+    }),
+  );
+  const pieces = (128 * MiB) / pieceBytes;
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.transfers, pieces, `seed ${seed}: only the head's reads are planned`);
+  assert.equal(result.pushes, 7 * pieces, `seed ${seed}`);
+  assert.ok(result.originRatio <= 1.001, `seed ${seed}: origin sent ${result.originRatio} x S`);
+});

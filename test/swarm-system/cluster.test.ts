@@ -188,6 +188,23 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     );
   });
 
+  it('ring mode as a chain: the first agent reads the model from the origin, the others get it pushed', async () => {
+    await withCluster(
+      'chain',
+      { hosts: 4, hostMbps: 80, originMbps: 80, schedulerArgs: ['--ring-push', '--ring-chain'] },
+      async (cluster) => {
+        await fillAll(cluster, 4);
+        const status = await cluster.schedulerStatus();
+        const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+        assert.ok(
+          status.transfersVerified < 1.5 * pieces,
+          `${status.transfersVerified} transfers planned for ${pieces} pieces`,
+        );
+        assert.deepEqual(status.ring, { members: 4, fed: 3, cut: 0 }, 'no chain link was lost');
+      },
+    );
+  });
+
   it('ring mode: a ring parent that pushes corrupt bytes is cut out, and every copy is still exact', async () => {
     await withCluster(
       'ring-corrupt',

@@ -195,3 +195,32 @@ test('rings survive members leaving and coming back with what they held (invaria
       assert.equal(driver.core.isComplete(host), true, `seed ${seed}: host ${host} incomplete`);
   }
 });
+
+test('chains: fed members take no first copies; the chain’s head, fed by nobody, reads every piece from the origin', () => {
+  const seed = 26;
+  const driver = new Driver(
+    makeConfig({ pieceCount: 100, randomSeed: seed, ringChain: true, originReadersPerHostMax: 4 }),
+    seed,
+  );
+  const chain = [0, 1, 2, 3];
+  for (const host of chain) driver.add(hostSpec(host));
+  driver.core.setRing(driver.nowMs, 0, 0, false);
+  for (const host of chain.slice(1)) driver.core.setRing(driver.nowMs, host, 0, true);
+  const first = driver.poll();
+  assert.equal(first.length, 4, `seed ${seed}: the head takes all four origin readers`);
+  for (let steps = 0; steps < 10_000; steps++) {
+    driver.poll();
+    if (driver.inFlight.length === 0) break;
+    const done = driver.inFlight.shift() as Assignment;
+    driver.report(done.transferId, 'verified');
+    // The head passes each piece down the chain.
+    for (const host of chain.slice(1)) driver.core.handleHeld(driver.nowMs, host, [done.piece]);
+  }
+  for (const host of chain) assert.equal(driver.core.isComplete(host), true, `seed ${seed}: host ${host}`);
+  assert.ok(
+    driver.log.every((a) => a.host === 0 && a.from === ORIGIN),
+    `seed ${seed}: only the head read, and only from the origin`,
+  );
+  assert.equal(driver.log.length, 100);
+  driver.core.checkInvariants();
+});

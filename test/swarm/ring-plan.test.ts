@@ -108,3 +108,22 @@ test('nextCheckMs names when a look is due; no fed member, no check', () => {
   plan.check(850, () => true);
   assert.equal(plan.nextCheckMs(), 1850, 'waiting since 850: cut at 850 + the stall time');
 });
+
+test('chains: the first member by id has no parent and the rest are fed in order; a new first member takes over', () => {
+  const plan = new RingPlan({ stallMs: 1000, chain: true });
+  for (const host of [3, 5, 9]) plan.join(0, host);
+  assert.deepEqual(parents(plan, [3, 5, 9]), [NO_PARENT, 3, 5], 'the last member feeds nobody');
+  plan.pollChanges();
+  plan.join(10, 1);
+  assert.deepEqual(parents(plan, [1, 3, 5, 9]), [NO_PARENT, 1, 3, 5]);
+  assert.deepEqual(
+    plan.pollChanges().sort((a, b) => a.host - b.host),
+    [
+      { host: 1, parent: NO_PARENT, ring: 0 },
+      { host: 3, parent: 1, ring: 0 },
+    ],
+  );
+  plan.leave(20, 1);
+  assert.deepEqual(parents(plan, [3, 5, 9]), [NO_PARENT, 3, 5], 'the next member heads the chain');
+  assert.deepEqual(plan.summary(), { members: 3, fed: 2, cut: 0 });
+});

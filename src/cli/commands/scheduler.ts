@@ -23,6 +23,7 @@ export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   hedgeTail: string;
   transferUnit: string;
   ringPush?: boolean;
+  ringChain?: boolean;
   catalog?: string;
   json?: boolean;
 }
@@ -52,6 +53,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       ringParents: parseRingParents(flags.ringParents),
       transferUnitPieces: parseTransferUnit(flags.transferUnit),
       ...(flags.ringPush === true ? { ringPush: true } : {}),
+      ...(flags.ringChain === true ? { ringChain: true } : {}),
       limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');

@@ -26,6 +26,7 @@ export interface SimFlags {
   hedgeTail: string;
   ringParents: string;
   ringPush?: boolean;
+  ringChain?: boolean;
   json?: boolean;
 }
 
@@ -75,6 +76,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
     ...(flags.ringPush === true ? { ringPush: true } : {}),
+    ...(flags.ringChain === true ? { ringChain: true } : {}),
     ...(flags.schedulerLossS === undefined
       ? {}
       : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),

@@ -37,6 +37,10 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
   withServerLimitOptions(command, 60);
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option(
+      '--ring-chain',
+      'with --ring-push: chains instead of rings (each ring’s first host takes the model from the origin)',
+    )
+    .option(
       '--ring-push',
       'ring mode (experimental): hosts form rings of up to 16 and push each piece on to the next, with no request or report per piece',
     )

@@ -45,6 +45,7 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
       '--ring-push',
       'ring mode: hosts form a ring and push each piece on to the next; the scheduler plans first copies and stalled links only',
     )
+    .option('--ring-chain', 'with --ring-push: chains instead of rings')
     .option('--json', 'print one JSON object')
     .action(async (flags: SimFlags) => {
       const { simCommand } = await import('../commands/sim.js');

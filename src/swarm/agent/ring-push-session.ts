@@ -143,11 +143,19 @@ export class RingPushSession {
     }
     const written = writeDone(this.socket, chunk);
     if (first) this.socket.uncork();
+    // Every byte is with the socket, in order: the next piece may follow it at once (the next
+    // arrival, cut through, or the queue); the buffer stays pinned until the kernel took it.
+    this.streaming = undefined;
+    this.sending = false;
     void written.then((ok) => {
-      if (this.streaming === streaming) this.streamDone(ok);
+      streaming.release();
+      if (ok) this.pushed++;
+      else this.socket.destroy();
     });
+    this.pump();
   }
 
+  /** A piece being cut through stopped arriving: the child cannot get it whole, so the connection goes. */
   private streamDone(ok: boolean): void {
     const streaming = this.streaming;
     if (streaming === undefined) return;
@@ -155,12 +163,7 @@ export class RingPushSession {
     if (streaming.sent === 0) this.socket.uncork();
     streaming.release();
     this.sending = false;
-    if (ok && streaming.sent === streaming.bytes.length) this.pushed++;
-    else {
-      this.socket.destroy();
-      return;
-    }
-    this.pump();
+    if (!ok) this.socket.destroy();
   }
 
   private pump(): void {

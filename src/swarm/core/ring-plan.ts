@@ -44,10 +44,12 @@ export const RING_STALL_MS_DEFAULT = 2000;
  * top of a push stream that needs 7/8 of the link, and queued pushes behind it (fan-out, 8 x 200
  * Mbit/s: the last pieces 0.98-1.39 s after the origin's last byte, against 0.66-0.78 s with eight).
  */
-export function ringOriginReaders(originReaders: number): {
-  originReadersMax: number;
-  originReadersPerHostMax: number;
-} {
+export function ringOriginReaders(
+  originReaders: number,
+  chain = false,
+): { originReadersMax: number; originReadersPerHostMax: number } {
+  // A chain's head takes every first copy: all the readers.
+  if (chain) return { originReadersMax: originReaders, originReadersPerHostMax: originReaders };
   return { originReadersMax: Math.max(originReaders, RING_MEMBERS_MAX_DEFAULT), originReadersPerHostMax: 1 };
 }
 
@@ -73,11 +75,17 @@ export interface RingPlanOptions {
   stallMs: number;
   /** Members of one ring at most (default RING_MEMBERS_MAX_DEFAULT); more make another ring. */
   membersMax?: number;
+  /**
+   * Chains instead of rings: each ring's first member (by id) has no parent and takes the model per
+   * piece (the origin's first copies); the others are fed by the member before them.
+   */
+  chain?: boolean;
 }
 
 export class RingPlan {
   private readonly stallMs: number;
   private readonly membersMax: number;
+  private readonly chain: boolean;
   /** Each ring's members by id, ascending (at most membersMax: a sorted array is enough). */
   private readonly rings = new Map<number, HostId[]>();
   private nextRingId = 0;
@@ -98,6 +106,7 @@ export class RingPlan {
     assert(Number.isFinite(options.stallMs) && options.stallMs > 0, 'ring stallMs must be > 0');
     this.stallMs = options.stallMs;
     this.membersMax = options.membersMax ?? RING_MEMBERS_MAX_DEFAULT;
+    this.chain = options.chain === true;
     assert(Number.isInteger(this.membersMax) && this.membersMax >= 2, 'ring membersMax must be >= 2');
   }
 
@@ -156,6 +165,8 @@ export class RingPlan {
     this.changes.push(host);
     this.relink(nowMs, members, host);
     this.relink(nowMs, members, members[(index + 1) % members.length] as number);
+    // In a chain the old head may have a parent now (a member with a lower id joined before it).
+    if (this.chain) for (const member of members) this.relink(nowMs, members, member);
     return ring;
   }
 
@@ -174,6 +185,7 @@ export class RingPlan {
     // A member that left has nothing to announce; one that comes back is announced afresh.
     this.announced.delete(host);
     if (members.length === 0) this.rings.delete(ring);
+    else if (this.chain) for (const member of members) this.relink(nowMs, members, member);
     else this.relink(nowMs, members, members[index % members.length] as number);
   }
 
@@ -254,7 +266,8 @@ export class RingPlan {
   private relink(nowMs: number, members: HostId[], host: HostId): void {
     const index = members.indexOf(host);
     const before = members[(index - 1 + members.length) % members.length] as number;
-    const parent = this.cutHosts.has(host) || before === host ? NO_PARENT : before;
+    const head = this.chain && index === 0;
+    const parent = this.cutHosts.has(host) || before === host || head ? NO_PARENT : before;
     if (parent === this.parentOf(host)) return;
     this.setParent(host, parent);
     this.progressMs.set(host, nowMs);

@@ -155,6 +155,8 @@ export class SwarmCore {
   private held: Array<Uint32Array | undefined> = [];
   /** SwarmConfig.ringParents: fixed parents per host, 0 when off. */
   private readonly ringParents: number;
+  /** SwarmConfig.ringChain. */
+  private readonly ringChain: boolean;
   private heldCounts = new Int32Array(0);
   private present = new Uint8Array(0);
   /**
@@ -196,6 +198,7 @@ export class SwarmCore {
     this.lastPieceBytes = config.totalBytes - (config.pieceCount - 1) * config.pieceBytes;
     this.downloadsMax = config.downloadsPerHostMax;
     this.ringParents = config.ringParents ?? RING_PARENTS_DEFAULT;
+    this.ringChain = config.ringChain === true;
     this.uploadsMax = config.uploadsPerHostMax;
     this.hedgeTailPieces = config.hedgeTailPieces;
     this.sweepIntervalMs = config.sweepIntervalMs ?? SWEEP_INTERVAL_MS_DEFAULT;
@@ -709,7 +712,7 @@ export class SwarmCore {
   private assignOne(host: number): boolean {
     if (this.priority.length(host) > 0 && this.assignPriority(host)) return true;
     if (this.originMayServe(host) && this.assignFirstCopy(host)) return true;
-    if (this.ringFed[host] === 1) return this.assignRingEntry(host);
+    if (this.ringFed[host] === 1) return !this.ringChain && this.assignRingEntry(host);
     if (this.ringParents > 0 && this.assignRing(host)) return true;
     if (this.search.freeUploaders > 0 && this.lackingAvailable(host) > 0 && this.assignRarest(host))
       return true;
@@ -1089,6 +1092,8 @@ export class SwarmCore {
    * 1.05-1.08 x S). It gets every piece from peers. The scan runs only for a blamed host, which is rare.
    */
   private mayTakeFirstCopies(host: number): boolean {
+    // A fed link of a chain gets everything from its parent; the chain's head takes the first copies.
+    if (this.ringChain && this.ringFed[host] === 1) return false;
     if (!this.parents.blamedForUploads(host)) return true;
     for (let other = 0; other < this.present.length; other++) {
       if (

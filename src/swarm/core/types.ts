@@ -60,6 +60,11 @@ export interface SwarmConfig {
    * host with a rack label rings with its rack-mates only.
    */
   ringParents?: number;
+  /**
+   * Ring mode as chains (ring-plan.ts, `chain`): a fed host takes no first copies and no entries;
+   * each ring's head, fed by nobody, takes the model per piece and the chain passes it on.
+   */
+  ringChain?: boolean;
 }
 
 /**

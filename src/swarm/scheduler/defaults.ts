@@ -31,6 +31,8 @@ export interface SwarmServiceOptions {
    * (transfer units of 1).
    */
   ringPush?: boolean;
+  /** Ring mode as chains (`--ring-chain`): each ring's head takes the model per piece, the rest are fed. */
+  ringChain?: boolean;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
@@ -44,4 +46,5 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   hedgeTailPieces: HEDGE_TAIL_PIECES_DEFAULT,
   transferUnitPieces: undefined,
   ringPush: false,
+  ringChain: false,
 };

@@ -83,7 +83,10 @@ export class SwarmService {
             unitPiecesFor(map.pieceSize, map.pieceCount, TRANSFER_UNIT_BYTES_DEFAULT)),
     );
     this.core = new SwarmCore(coreConfig(this.units, options));
-    this.ring = options.ringPush === true ? new RingPlan({ stallMs: RING_STALL_MS_DEFAULT }) : undefined;
+    this.ring =
+      options.ringPush === true
+        ? new RingPlan({ stallMs: RING_STALL_MS_DEFAULT, chain: options.ringChain === true })
+        : undefined;
   }
 
   get hostCount(): number {
@@ -436,7 +439,7 @@ export function coreConfig(units: TransferUnits, options: SwarmServiceOptions): 
     totalBytes: Math.max(1, (units.count - 1) * units.unitBytes + lastLength),
     originUploadBytesPerSecond: options.originBytesPerSecond,
     ...(options.ringPush === true
-      ? ringOriginReaders(options.originReaders)
+      ? ringOriginReaders(options.originReaders, options.ringChain === true)
       : { originReadersMax: options.originReaders }),
     downloadsPerHostMax: options.downloadsPerHost,
     uploadsPerHostMax: options.uploadsPerHost,
@@ -444,5 +447,6 @@ export function coreConfig(units: TransferUnits, options: SwarmServiceOptions): 
     hedgeTailPieces: options.hedgeTailPieces,
     randomSeed: options.randomSeed,
     ringParents: options.ringParents,
+    ...(options.ringPush === true && options.ringChain === true ? { ringChain: true } : {}),
   };
 }
