@@ -228,21 +228,23 @@ test('a run of more than 1024 transfers per transfer slot completes (transfer id
   assert.ok(result.transfers >= 4 * 16_384, `seed ${seed}: ${result.transfers} transfers`);
 });
 
+/** 8 hosts and an origin at 25 MB/s moving 128 MiB (the ring tests' setting). */
+function eightHosts128MiB(seed: number, pieceBytes: number, ring: Partial<SimOptions>): SimOptions {
+  return options({
+    seed,
+    hosts: 8,
+    totalBytes: 128 * MiB,
+    pieceBytes,
+    hostBytesPerSecond: 25e6,
+    originBytesPerSecond: 25e6,
+    ...ring,
+  });
+}
+
 test('ring mode: one ring of 8 gets every piece from the origin once and pushes the rest, with no per-piece exchange', () => {
   const seed = 41;
   const pieceBytes = 512 * 1024;
-  const run = (ringPush: boolean) =>
-    simulate(
-      options({
-        seed,
-        hosts: 8,
-        totalBytes: 128 * MiB,
-        pieceBytes,
-        hostBytesPerSecond: 25e6,
-        originBytesPerSecond: 25e6,
-        ringPush,
-      }),
-    );
+  const run = (ringPush: boolean) => simulate(eightHosts128MiB(seed, pieceBytes, { ringPush }));
   const ring = run(true);
   assert.deepEqual(run(true), ring, `seed ${seed} did not replay`);
   assert.equal(ring.incomplete, false, `seed ${seed}`);
@@ -289,18 +291,7 @@ test('ring mode refuses adversaries and a scheduler loss, on the command line to
 test('ring mode as a chain: the head reads every piece from the origin once and the chain pushes the rest', () => {
   const seed = 44;
   const pieceBytes = 512 * 1024;
-  const result = simulate(
-    options({
-      seed,
-      hosts: 8,
-      totalBytes: 128 * MiB,
-      pieceBytes,
-      hostBytesPerSecond: 25e6,
-      originBytesPerSecond: 25e6,
-      ringPush: true,
-      ringChain: true,
-    }),
-  );
+  const result = simulate(eightHosts128MiB(seed, pieceBytes, { ringPush: true, ringChain: true }));
   const pieces = (128 * MiB) / pieceBytes;
   assert.equal(result.incomplete, false, `seed ${seed}`);
   assert.equal(result.transfers, pieces, `seed ${seed}: only the head's reads are planned`);

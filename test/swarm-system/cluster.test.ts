@@ -165,20 +165,29 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     });
   }
 
+  /**
+   * Per piece, each host would have had a transfer planned (4 x pieces); in a ring or chain of 4
+   * only the origin's first copies are (a few more if a push and a first copy crossed).
+   */
+  async function assertOnlyFirstCopiesPlanned(
+    cluster: Cluster,
+  ): Promise<Awaited<ReturnType<Cluster['schedulerStatus']>>> {
+    const status = await cluster.schedulerStatus();
+    const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+    assert.ok(
+      status.transfersVerified < 1.5 * pieces,
+      `${status.transfersVerified} transfers planned for ${pieces} pieces`,
+    );
+    return status;
+  }
+
   it('ring mode: agents push pieces along a ring; the scheduler plans only the first copies', async () => {
     await withCluster(
       'ring',
       { hosts: 4, hostMbps: 80, originMbps: 80, schedulerArgs: ['--ring-push'] },
       async (cluster) => {
         await fillAll(cluster, 4);
-        const status = await cluster.schedulerStatus();
-        const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
-        // Per piece, each host would have had a transfer planned (4 x pieces); in a ring of 4 only
-        // the origin's first copies are (a few more if a push and a first copy crossed).
-        assert.ok(
-          status.transfersVerified < 1.5 * pieces,
-          `${status.transfersVerified} transfers planned for ${pieces} pieces`,
-        );
+        const status = await assertOnlyFirstCopiesPlanned(cluster);
         assert.ok(
           status.originBytesAssigned / size <= 1.1,
           `origin sent ${status.originBytesAssigned / size} x S`,
@@ -194,12 +203,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
       { hosts: 4, hostMbps: 80, originMbps: 80, schedulerArgs: ['--ring-push', '--ring-chain'] },
       async (cluster) => {
         await fillAll(cluster, 4);
-        const status = await cluster.schedulerStatus();
-        const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
-        assert.ok(
-          status.transfersVerified < 1.5 * pieces,
-          `${status.transfersVerified} transfers planned for ${pieces} pieces`,
-        );
+        const status = await assertOnlyFirstCopiesPlanned(cluster);
         assert.deepEqual(status.ring, { members: 4, fed: 3, cut: 0 }, 'no chain link was lost');
       },
     );
