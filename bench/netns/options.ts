@@ -137,7 +137,7 @@ export const USAGE = [
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
-  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it); --ring-chain: chains',
+  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it); --ring-chain: as chains (implies --ring-push)',
   "  --transfer-unit N|auto (pieces per transfer; auto: the scheduler's choice, the simulator moves units as pieces)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
@@ -232,7 +232,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
-    ringPush: values['ring-push'] === true,
+    ringPush: values['ring-push'] === true || values['ring-chain'] === true,
     ringChain: values['ring-chain'] === true,
     transferUnit: transferUnit(values['transfer-unit']),
   };

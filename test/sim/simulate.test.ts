@@ -298,3 +298,15 @@ test('ring mode as a chain: the head reads every piece from the origin once and 
   assert.equal(result.pushes, 7 * pieces, `seed ${seed}`);
   assert.ok(result.originRatio <= 1.001, `seed ${seed}: origin sent ${result.originRatio} x S`);
 });
+
+test('weightcast sim --ring-chain alone runs ring mode as chains', async () => {
+  const io = memoryIo();
+  const code = await runCli(
+    ['sim', '--hosts', '4', '--size-gb', '0.02', '--piece-mb', '1', '--ring-chain', '--json'],
+    io,
+  );
+  assert.equal(code, 0, io.err.join(''));
+  const result = JSON.parse(io.out.join('')) as { pushes: number; transfers: number };
+  assert.ok(result.pushes > 0, 'pieces were pushed');
+  assert.equal(result.pushes, 3 * result.transfers, 'the head read each piece, the chain pushed it on');
+});

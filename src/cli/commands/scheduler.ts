@@ -52,7 +52,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
       transferUnitPieces: parseTransferUnit(flags.transferUnit),
-      ...(flags.ringPush === true ? { ringPush: true } : {}),
+      ...(flags.ringPush === true || flags.ringChain === true ? { ringPush: true } : {}),
       ...(flags.ringChain === true ? { ringChain: true } : {}),
       limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {

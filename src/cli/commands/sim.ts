@@ -75,7 +75,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     originReaders: parsePositiveInt(flags.originReaders, '--origin-readers'),
     hedgeTailPieces: parseHedgeTail(flags.hedgeTail),
     ringParents: parseRingParents(flags.ringParents),
-    ...(flags.ringPush === true ? { ringPush: true } : {}),
+    ...(flags.ringPush === true || flags.ringChain === true ? { ringPush: true } : {}),
     ...(flags.ringChain === true ? { ringChain: true } : {}),
     ...(flags.schedulerLossS === undefined
       ? {}

@@ -38,7 +38,7 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option(
       '--ring-chain',
-      'with --ring-push: chains instead of rings (each ring’s first host takes the model from the origin)',
+      'ring mode as chains: each ring’s first host takes the model from the origin (implies --ring-push)',
     )
     .option(
       '--ring-push',

@@ -45,7 +45,10 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
       '--ring-push',
       'ring mode: hosts form a ring and push each piece on to the next; the scheduler plans first copies and stalled links only',
     )
-    .option('--ring-chain', 'with --ring-push: chains instead of rings')
+    .option(
+      '--ring-chain',
+      'ring mode as chains: each ring’s first host takes the model from the origin (implies --ring-push)',
+    )
     .option('--json', 'print one JSON object')
     .action(async (flags: SimFlags) => {
       const { simCommand } = await import('../commands/sim.js');
