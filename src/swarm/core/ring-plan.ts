@@ -179,9 +179,7 @@ export class RingPlan {
     this.ringOfHost.delete(host);
     this.parent.delete(host);
     this.cutHosts.delete(host);
-    this.progressMs.delete(host);
-    this.waitingSinceMs.delete(host);
-    this.lookAfterMs.delete(host);
+    this.restartLink(host, undefined);
     // A member that left has nothing to announce; one that comes back is announced afresh.
     this.announced.delete(host);
     if (members.length === 0) this.rings.delete(ring);
@@ -193,15 +191,13 @@ export class RingPlan {
   cut(host: HostId): void {
     if (this.parentOf(host) === NO_PARENT) return;
     this.cutHosts.add(host);
-    this.setParent(host, NO_PARENT);
+    this.setParent(host, NO_PARENT, undefined);
   }
 
   /** `host` gained a piece pushed by its ring parent: the link is alive. */
   delivered(nowMs: number, host: HostId): void {
     if (this.parentOf(host) === NO_PARENT) return;
-    this.progressMs.set(host, nowMs);
-    this.waitingSinceMs.delete(host);
-    this.lookAfterMs.delete(host);
+    this.restartLink(host, nowMs);
   }
 
   /**
@@ -223,7 +219,7 @@ export class RingPlan {
       this.waitingSinceMs.set(host, waitingSince);
       if (nowMs - Math.max(waitingSince, quietSince) < this.stallMs) continue;
       this.cutHosts.add(host);
-      this.setParent(host, NO_PARENT);
+      this.setParent(host, NO_PARENT, undefined);
       cutNow.push(host);
     }
     return cutNow;
@@ -269,15 +265,21 @@ export class RingPlan {
     const head = this.chain && index === 0;
     const parent = this.cutHosts.has(host) || before === host || head ? NO_PARENT : before;
     if (parent === this.parentOf(host)) return;
-    this.setParent(host, parent);
-    this.progressMs.set(host, nowMs);
+    this.setParent(host, parent, nowMs);
   }
 
-  private setParent(host: HostId, parent: HostId): void {
+  /** `sinceMs`: when the new link was made (unused for NO_PARENT). */
+  private setParent(host: HostId, parent: HostId, sinceMs: number | undefined): void {
     this.parent.set(host, parent);
-    this.lookAfterMs.delete(host);
-    this.waitingSinceMs.delete(host);
-    if (parent === NO_PARENT) this.progressMs.delete(host);
+    this.restartLink(host, parent === NO_PARENT ? undefined : sinceMs);
     this.changes.push(host);
+  }
+
+  /** The link into `host` starts afresh: quiet since `sinceMs`, or gone (undefined). */
+  private restartLink(host: HostId, sinceMs: number | undefined): void {
+    if (sinceMs === undefined) this.progressMs.delete(host);
+    else this.progressMs.set(host, sinceMs);
+    this.waitingSinceMs.delete(host);
+    this.lookAfterMs.delete(host);
   }
 }
