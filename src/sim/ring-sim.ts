@@ -2,7 +2,7 @@
  * The simulator's ring mode (swarm/core/ring-plan.ts): the scheduler's ring plan, and each ring
  * parent's pushes to its child as the agents would make them (swarm/core/ring-pusher.ts).
  *
- * - Every host joins a ring at the start (rings of up to RING_MEMBERS_MAX_DEFAULT, in id order); a
+ * - Every host joins a ring at the start (rings of up to RING_MEMBERS_MAX_DEFAULT, or one chain, in id order); a
  *   host that fails leaves its ring (its child is bridged).
  * - A parent pushes one piece at a time to its child, back to back on one stream: the next push
  *   starts as the last one's bytes arrive (no request; the first push after a subscription waits
@@ -11,13 +11,21 @@
  *   transfers): the HAVE notices on the peer wire. It tells the scheduler of pushed pieces only every
  *   `reportMs` (the batched have-map deltas), so the core plans on a view that old.
  * - Every `check` the ring plan looks for stalled links; a cut host is planned per piece at once.
+ * - Cut-through (`cutThrough`, as agents do it: agent/ring-push-session.ts): a host with nothing
+ *   to push passes a piece on to its child while it arrives. The passed flow starts `cutThroughLagMs`
+ *   after the incoming one (its first read) and cannot end before it: one that would is held until
+ *   the incoming flow ends, with its parent's next push behind it. If the incoming flow is lost, so
+ *   is the passed one, and the child's link is cut (its feed broke on a truncated push). The agent
+ *   passes on a piece whose first bytes land while it sends nothing; here a host that becomes idle
+ *   passes on the piece arriving then (the sim starts a push one latency before the last ends).
  *
  * What each host really holds (`truth`) is kept here: a host is complete when it holds every
  * piece, whenever the core hears of it.
  */
 
+import { assert } from '../errors.js';
 import { hasBit, newBitfield, setBit } from '../swarm/core/bitfield.js';
-import { NO_PARENT, RingPlan } from '../swarm/core/ring-plan.js';
+import { NO_PARENT, RingPlan, type RingParentChange } from '../swarm/core/ring-plan.js';
 import { RingPusher } from '../swarm/core/ring-pusher.js';
 import type { SwarmCore } from '../swarm/core/swarm-core.js';
 import type { FluidNetwork } from './network.js';
@@ -29,7 +37,23 @@ export interface RingSimOptions {
   stallMs: number;
   reportMs: number;
   chain?: boolean;
+  /** Members of one ring at most (RingPlanOptions.membersMax). */
+  membersMax?: number;
+  /** Pass pushed pieces on as they arrive (default false: store and forward). */
+  cutThrough?: boolean;
+  /** Cut-through: from an incoming push's start to the start of the push passing it on. */
+  cutThroughLagMs?: number;
   pieceBytes(piece: number): number;
+}
+
+interface PushFlow {
+  parent: number;
+  child: number;
+  piece: number;
+  /** When its first bytes leave. */
+  startMs: number;
+  /** Cut-through: the incoming push this one passes on, while it is under way. */
+  upstream?: number;
 }
 
 interface Pushing {
@@ -51,8 +75,14 @@ export class RingSim {
   private readonly truthCount: Int32Array;
   /** Per parent: its pusher and child. */
   private readonly pushing = new Map<number, Pushing>();
-  /** Push flows under way: flow id -> parent and piece. */
-  private readonly flows = new Map<number, { parent: number; piece: number }>();
+  /** Push flows under way (or held, `held`). */
+  private readonly flows = new Map<number, PushFlow>();
+  /** Cut-through: an incoming push -> the push passing it on. */
+  private readonly passedOn = new Map<number, number>();
+  /** Cut-through pushes whose bytes are all sent, held until their incoming push ends. */
+  private readonly held = new Set<number>();
+  /** Per host: pushes arriving at it, in the order they started. */
+  private readonly arriving = new Map<number, number[]>();
   /** Per host: pieces pushed to it that the core has not heard of yet. */
   private readonly unreported = new Map<number, number[]>();
   private nextPushId = PUSH_IDS_FROM;
@@ -65,7 +95,11 @@ export class RingSim {
     private readonly network: FluidNetwork,
   ) {
     this.options = options;
-    this.plan = new RingPlan({ stallMs: options.stallMs, chain: options.chain === true });
+    this.plan = new RingPlan({
+      stallMs: options.stallMs,
+      chain: options.chain === true,
+      ...(options.membersMax === undefined ? {} : { membersMax: options.membersMax }),
+    });
     this.truth = Array.from({ length: options.hosts }, () => newBitfield(options.pieceCount));
     this.truthCount = new Int32Array(options.hosts);
     this.nextReportMs = options.reportMs;
@@ -108,27 +142,56 @@ export class RingSim {
     const flow = this.flows.get(flowId);
     const pushing = flow === undefined ? undefined : this.pushing.get(flow.parent);
     if (flow === undefined || pushing === undefined || pushing.live !== flowId) return;
+    // A piece passed on while it arrives: the next push can go only behind its last bytes.
+    if (flow.upstream !== undefined) return;
     pushing.live = undefined;
     this.pump(nowMs, flow.parent);
   }
 
-  /** A push flow finished. */
-  finishPush(nowMs: number, flowId: number): void {
+  /**
+   * A push flow finished (its bytes are out of the network). Returns the hosts that gained a piece:
+   * its child, and those of cut-through pushes held until it ended.
+   */
+  finishPush(nowMs: number, flowId: number): number[] {
     const flow = this.flows.get(flowId);
-    if (flow === undefined) return;
-    this.flows.delete(flowId);
-    const pushing = this.pushing.get(flow.parent);
-    if (pushing === undefined) return;
-    if (pushing.live === flowId) pushing.live = undefined;
-    this.pushes++;
-    const child = pushing.child;
-    if (!hasBit(this.truth[child]!, flow.piece)) {
-      this.gain(nowMs, child, flow.piece);
-      let list = this.unreported.get(child);
-      if (list === undefined) this.unreported.set(child, (list = []));
-      list.push(flow.piece);
+    if (flow === undefined) return [];
+    this.unlinkArriving(flow.child, flowId);
+    if (flow.upstream !== undefined) {
+      // Sent faster than its bytes arrived: it ends when they have all arrived.
+      this.held.add(flowId);
+      return [];
     }
-    this.pump(nowMs, flow.parent);
+    return this.deliver(nowMs, flowId, flow);
+  }
+
+  private deliver(nowMs: number, flowId: number, flow: PushFlow): number[] {
+    assert(flow.upstream === undefined, 'a piece passed on arrived before the push it passes on');
+    this.flows.delete(flowId);
+    this.held.delete(flowId);
+    const gained = [flow.child];
+    const pushing = this.pushing.get(flow.parent);
+    if (pushing !== undefined && pushing.child === flow.child) {
+      if (pushing.live === flowId) pushing.live = undefined;
+      this.pushes++;
+      if (!hasBit(this.truth[flow.child]!, flow.piece)) {
+        this.gain(nowMs, flow.child, flow.piece);
+        let list = this.unreported.get(flow.child);
+        if (list === undefined) this.unreported.set(flow.child, (list = []));
+        list.push(flow.piece);
+      }
+    }
+    // The push passing this one on is free to end now.
+    const passed = this.passedOn.get(flowId);
+    if (passed !== undefined) {
+      this.passedOn.delete(flowId);
+      const next = this.flows.get(passed);
+      if (next !== undefined) {
+        delete next.upstream;
+        if (this.held.has(passed)) gained.push(...this.deliver(nowMs, passed, next));
+      }
+    }
+    if (pushing !== undefined) this.pump(nowMs, flow.parent);
+    return gained;
   }
 
   /** A host failed: it leaves the ring; its pushes in both directions are gone. */
@@ -183,37 +246,110 @@ export class RingSim {
 
   /** Passes ring parent changes on: the core's fed flags, and the pushers' subscriptions. */
   private applyChanges(nowMs: number): void {
-    for (const { host, parent, ring } of this.plan.pollChanges()) {
-      this.core.setRing(nowMs, host, ring, parent !== NO_PARENT);
-      for (const [from, pushing] of this.pushing) if (pushing.child === host) this.stopPushing(from);
-      if (parent === NO_PARENT) continue;
-      this.stopPushing(parent);
-      const pusher = new RingPusher(this.options.pieceCount);
-      pusher.subscribe(this.truth[host]!, this.truth[parent]!);
-      this.pushing.set(parent, { pusher, child: host, live: undefined, fresh: true });
-      this.pump(nowMs, parent);
-    }
+    for (let changes = this.plan.pollChanges(); changes.length > 0; changes = this.plan.pollChanges())
+      for (const change of changes) this.applyChange(nowMs, change);
+  }
+
+  private applyChange(nowMs: number, { host, parent, ring }: RingParentChange): void {
+    this.core.setRing(nowMs, host, ring, parent !== NO_PARENT);
+    for (const [from, pushing] of this.pushing) if (pushing.child === host) this.stopPushing(from);
+    if (parent === NO_PARENT) return;
+    this.stopPushing(parent);
+    const pusher = new RingPusher(this.options.pieceCount);
+    pusher.subscribe(this.truth[host]!, this.truth[parent]!);
+    this.pushing.set(parent, { pusher, child: host, live: undefined, fresh: true });
+    this.pump(nowMs, parent);
   }
 
   private pump(nowMs: number, parent: number): void {
     const pushing = this.pushing.get(parent);
     if (pushing === undefined || pushing.live !== undefined) return;
     const piece = pushing.pusher.next();
-    if (piece < 0) return;
-    const flow = this.nextPushId--;
-    pushing.live = flow;
-    this.flows.set(flow, { parent, piece });
-    const startMs = nowMs + (pushing.fresh ? this.options.latencyMs : 0);
+    if (piece >= 0) {
+      this.startPush(nowMs + (pushing.fresh ? this.options.latencyMs : 0), parent, pushing, piece);
+      return;
+    }
+    // Nothing held to push: pass on a piece arriving now.
+    if (this.options.cutThrough !== true) return;
+    for (const incoming of this.arriving.get(parent) ?? []) {
+      const flow = this.flows.get(incoming);
+      if (flow === undefined || this.passedOn.has(incoming) || !pushing.pusher.take(flow.piece)) continue;
+      this.startPush(
+        nowMs + (pushing.fresh ? this.options.latencyMs : 0),
+        parent,
+        pushing,
+        flow.piece,
+        incoming,
+      );
+      return;
+    }
+  }
+
+  /** Starts `parent`'s push of `piece` to its child; with `upstream`, passing that push on. */
+  private startPush(
+    startMs: number,
+    parent: number,
+    pushing: Pushing,
+    piece: number,
+    upstream?: number,
+  ): void {
+    const flowId = this.nextPushId--;
+    pushing.live = flowId;
     pushing.fresh = false;
-    this.network.add(flow, parent, pushing.child, this.options.pieceBytes(piece), startMs);
+    // Passed on: no sooner than one first read after the incoming push's first bytes left.
+    const incoming = upstream === undefined ? undefined : this.flows.get(upstream);
+    const at =
+      incoming === undefined
+        ? startMs
+        : Math.max(startMs, incoming.startMs + (this.options.cutThroughLagMs ?? 0));
+    const flow: PushFlow = { parent, child: pushing.child, piece, startMs: at };
+    if (upstream !== undefined) {
+      flow.upstream = upstream;
+      this.passedOn.set(upstream, flowId);
+    }
+    this.flows.set(flowId, flow);
+    let list = this.arriving.get(pushing.child);
+    if (list === undefined) this.arriving.set(pushing.child, (list = []));
+    list.push(flowId);
+    this.network.add(flowId, parent, pushing.child, this.options.pieceBytes(piece), at);
+    // The child, if idle, passes it on in turn.
+    const next = this.pushing.get(pushing.child);
+    if (this.options.cutThrough === true && next !== undefined && next.live === undefined)
+      this.pump(at, pushing.child);
+  }
+
+  private unlinkArriving(host: number, flowId: number): void {
+    const list = this.arriving.get(host);
+    if (list === undefined) return;
+    const index = list.indexOf(flowId);
+    if (index >= 0) list.splice(index, 1);
+    if (list.length === 0) this.arriving.delete(host);
   }
 
   private stopPushing(parent: number): void {
     if (!this.pushing.delete(parent)) return;
-    for (const [flowId, flow] of this.flows) {
-      if (flow.parent !== parent) continue;
-      this.network.remove(flowId);
-      this.flows.delete(flowId);
-    }
+    for (const [flowId, flow] of this.flows) if (flow.parent === parent) this.dropFlow(flowId, flow);
+  }
+
+  /**
+   * A push is gone before it ended: so is the push passing it on (its child got a truncated push,
+   * and its feed breaks: the link is cut, as the scheduler does on the member's report).
+   */
+  private dropFlow(flowId: number, flow: PushFlow): void {
+    this.network.remove(flowId);
+    this.flows.delete(flowId);
+    this.held.delete(flowId);
+    this.unlinkArriving(flow.child, flowId);
+    if (flow.upstream !== undefined) this.passedOn.delete(flow.upstream);
+    const passed = this.passedOn.get(flowId);
+    if (passed === undefined) return;
+    this.passedOn.delete(flowId);
+    const next = this.flows.get(passed);
+    if (next === undefined) return;
+    const pushing = this.pushing.get(next.parent);
+    if (pushing?.live === passed) pushing.live = undefined;
+    this.dropFlow(passed, next);
+    // Applied with the change that dropped this push (applyChanges runs until there are none).
+    this.plan.cut(next.child);
   }
 }

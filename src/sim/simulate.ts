@@ -80,7 +80,21 @@ export interface SimOptions {
   ringReportMs?: number;
   /** Ring mode as chains (ring-plan.ts `chain`). */
   ringChain?: boolean;
+  /** Ring mode: members of one ring or chain at most (ring-plan.ts's defaults). */
+  ringMembersMax?: number;
+  /**
+   * Ring mode: pushed pieces are stored, then pushed on (the agents pass them on as they arrive,
+   * unless an upload throttle is set). Default false: cut-through, as the agents do.
+   */
+  ringStoreForward?: boolean;
 }
+
+/**
+ * The agents' SO_RCVLOWAT ceiling (util/receive-low-water.ts LOW_WATER_MAX_BYTES, which the sim may
+ * not import: it loads the native helper): a piece passed on as it arrives goes out one such read
+ * after its first bytes land.
+ */
+export const FIRST_READ_BYTES_MAX = 256 * 1024;
 
 export interface SimResult {
   hostsCompleted: number;
@@ -210,6 +224,12 @@ class SimRun {
           stallMs: options.ringStallMs ?? RING_STALL_MS_DEFAULT,
           reportMs: options.ringReportMs ?? RING_REPORT_MS_DEFAULT,
           chain: options.ringChain === true,
+          ...(options.ringMembersMax === undefined ? {} : { membersMax: options.ringMembersMax }),
+          cutThrough: options.ringStoreForward !== true,
+          // Half a round trip, then the first read (at the host's rate).
+          cutThroughLagMs:
+            options.latencyMs / 2 +
+            Math.min(options.pieceBytes, FIRST_READ_BYTES_MAX) / (options.hostBytesPerSecond / 1000),
           pieceBytes: (piece) => this.pieceSize(piece),
         },
         this.core,
@@ -304,8 +324,7 @@ class SimRun {
       return;
     }
     if (this.ring?.isPush(transferId) === true) {
-      this.ring.finishPush(atMs, transferId);
-      this.noteComplete(dst, atMs);
+      for (const host of this.ring.finishPush(atMs, transferId)) this.noteComplete(host, atMs);
       return;
     }
     const piece = this.pieceOf.get(transferId);

@@ -27,6 +27,8 @@ export interface SimFlags {
   ringParents: string;
   ringPush?: boolean;
   ringChain?: boolean;
+  ringMembers?: string;
+  ringStoreForward?: boolean;
   json?: boolean;
 }
 
@@ -77,6 +79,10 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     ringParents: parseRingParents(flags.ringParents),
     ...(flags.ringPush === true || flags.ringChain === true ? { ringPush: true } : {}),
     ...(flags.ringChain === true ? { ringChain: true } : {}),
+    ...(flags.ringMembers === undefined
+      ? {}
+      : { ringMembersMax: parsePositiveInt(flags.ringMembers, '--ring-members') }),
+    ...(flags.ringStoreForward === true ? { ringStoreForward: true } : {}),
     ...(flags.schedulerLossS === undefined
       ? {}
       : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),
@@ -95,6 +101,16 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
       'USAGE',
       '--ring-push does not simulate --liars, --corrupt-hosts or --scheduler-loss-s yet',
     );
+  if (
+    options.ringPush !== true &&
+    (options.ringMembersMax !== undefined || options.ringStoreForward === true)
+  )
+    throw new WeightcastError(
+      'USAGE',
+      '--ring-members and --ring-store-forward are ring mode’s: add --ring-push or --ring-chain',
+    );
+  if (options.ringMembersMax !== undefined && options.ringMembersMax < 2)
+    throw new WeightcastError('USAGE', '--ring-members must be at least 2');
   if (Math.ceil(options.totalBytes / options.pieceBytes) > 10_000_000) {
     throw new WeightcastError('USAGE', 'more than 10,000,000 pieces: raise --piece-mb');
   }

@@ -4,6 +4,7 @@ import type { SimFlags } from '../commands/sim.js';
 import {
   HEDGE_TAIL_PIECES_DEFAULT,
   ORIGIN_READERS_DEFAULT,
+  RING_MEMBERS_MAX_DEFAULT,
   RING_PARENTS_DEFAULT,
 } from '../../swarm/core/types.js';
 import { hedgeTailOption, ringParentsOption } from '../swarm-flags.js';
@@ -48,6 +49,14 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
     .option(
       '--ring-chain',
       'ring mode as chains: each ring’s first host takes the model from the origin (implies --ring-push)',
+    )
+    .option(
+      '--ring-members <n>',
+      `ring mode: hosts in one ring (default ${RING_MEMBERS_MAX_DEFAULT}) or chain (default: all, one chain) at most`,
+    )
+    .option(
+      '--ring-store-forward',
+      'ring mode: a host stores a pushed piece before pushing it on (default: passes it on as it arrives, as agents do)',
     )
     .option('--json', 'print one JSON object')
     .action(async (flags: SimFlags) => {
