@@ -132,7 +132,16 @@ async function startOrigin(
 
 async function startScheduler(bench: Bench, port: number, name: string): Promise<ChildProcess> {
   const { hostSet, logDir } = bench;
-  const argv = [NODE, CLI, 'scheduler', '--port', String(port), '--host', hostSet.control.address];
+  const argv = [
+    NODE,
+    CLI,
+    'scheduler',
+    '--port',
+    String(port),
+    '--host',
+    hostSet.control.address,
+    ...bench.options.ring,
+  ];
   const child = spawnLogged({ hostSet, logDir }, hostSet.control.ns, argv, name);
   await firstMatch(child, SCHEDULER_LISTENING, START_TIMEOUT_MS, name);
   return child;
@@ -402,7 +411,8 @@ function header(bench: Bench, modeNote: string): string[] {
       `${manifestDigest(manifest).slice(0, 19)}…), seed ${options.seed}; ` +
       (hostSet.mode === 'netns'
         ? 'the scheduler on a control machine of its own'
-        : 'the scheduler a process of its own'),
+        : 'the scheduler a process of its own') +
+      (options.ring.length > 0 ? ` (${options.ring.join(' ')})` : ''),
     modeNote,
     `faults hit: killed ${targets.killed.map(label).join(', ')}; corrupt peer ${label(targets.corrupt)}; ` +
       `disk full ${label(targets.diskFull)} (from the seed)`,

@@ -42,6 +42,8 @@ export interface ChaosOptions {
   work: string;
   loopback: boolean;
   keep: boolean;
+  /** The scheduler's ring mode flags (`--ring-push`, `--ring-chain`), none by default. */
+  ring: string[];
 }
 
 export class ChaosUsageError extends Error {
@@ -54,6 +56,7 @@ export const CHAOS_USAGE = [
   "  --seed K (1: the synthetic model's values and which hosts each fault hits)",
   `  --rows R,R,... (all: ${ROWS.join(',')}; none, the fault-free reference, always runs first)`,
   '  --work DIR (the temp dir)  --loopback (127.0.0.1 even as root)  --keep (keep the logs and copies)',
+  '  --ring-push, --ring-chain (the scheduler in ring mode, as chains: the faults against ring mode)',
 ].join('\n');
 
 export function parseChaosOptions(argv: readonly string[], defaultWork: string): ChaosOptions | 'help' {
@@ -68,6 +71,8 @@ export function parseChaosOptions(argv: readonly string[], defaultWork: string):
       work: { type: 'string', default: defaultWork },
       loopback: { type: 'boolean', default: false },
       keep: { type: 'boolean', default: false },
+      'ring-push': { type: 'boolean', default: false },
+      'ring-chain': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -83,6 +88,7 @@ export function parseChaosOptions(argv: readonly string[], defaultWork: string):
     work: values.work,
     loopback: values.loopback,
     keep: values.keep,
+    ring: values['ring-chain'] ? ['--ring-chain'] : values['ring-push'] ? ['--ring-push'] : [],
   };
 }
 

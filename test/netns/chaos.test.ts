@@ -36,6 +36,17 @@ test('by default every row runs, fault-free first, on 8 hosts at 200 Mbit/s with
   assert.equal(options.sizeMb, 256);
   assert.equal(options.work, 'work-dir');
   assert.equal(options.loopback, false);
+  assert.deepEqual(options.ring, [], 'the scheduler plans per piece unless asked');
+});
+
+test('--ring-chain and --ring-push reach the scheduler; --ring-chain says both', () => {
+  const flags = (argv: string[]): string[] => {
+    const options = parseChaosOptions(argv, 'w');
+    return options === 'help' ? [] : options.ring;
+  };
+  assert.deepEqual(flags(['--ring-push']), ['--ring-push']);
+  assert.deepEqual(flags(['--ring-chain']), ['--ring-chain']);
+  assert.deepEqual(flags(['--ring-push', '--ring-chain']), ['--ring-chain']);
 });
 
 test('--rows keeps the run order and always adds the fault-free reference; unknown rows and too few hosts are refused', () => {

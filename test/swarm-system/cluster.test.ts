@@ -209,6 +209,37 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a chain member killed with kill -9: the member behind it opens its feed again and is bridged, not cut out', async () => {
+    await withCluster(
+      'chain-kill',
+      { hosts: 4, hostMbps: 24, originMbps: 24, schedulerArgs: ['--ring-chain'] },
+      async (cluster) => {
+        const started = performance.now();
+        // One at a time: the chain takes members in the order they join, so it is 0 -> 1 -> 2 -> 3.
+        for (const i of all(4)) await cluster.join(i);
+        for (let tries = 0; tries < 400; tries++) {
+          if ((await cluster.status(3)).held >= 6) break;
+          await sleep(20);
+        }
+        const tail = await cluster.status(3);
+        assert.ok(tail.held >= 6 && tail.held < tail.pieceCount, `the tail held ${tail.held} pieces`);
+        cluster.agents[1]!.child.kill('SIGKILL');
+        const survivors = [0, 2, 3];
+        await cluster.waitComplete(survivors, started, 60_000);
+        await assertCopies(cluster, survivors);
+        const status = await cluster.schedulerStatus();
+        // Agent 2's feed broke mid-piece (and with it agent 3's, fed that piece as it arrived): both
+        // opened theirs again, 2 to agent 0 once the scheduler bridged the gap. Reported at once,
+        // the broken feeds would have cut both out of the chain for good.
+        assert.deepEqual(status.ring, { members: 3, fed: 2, cut: 0 }, 'a chain link was cut');
+        for (const i of [2, 3]) {
+          const lost = cluster.agents[i]!.lines.filter((line) => line.includes('ring feed'));
+          assert.deepEqual(lost, [], `agent ${i} reported its feed lost`);
+        }
+      },
+    );
+  });
+
   it('ring mode: a ring parent that pushes corrupt bytes is cut out, and every copy is still exact', async () => {
     await withCluster(
       'ring-corrupt',

@@ -109,21 +109,38 @@ test('nextCheckMs names when a look is due; no fed member, no check', () => {
   assert.equal(plan.nextCheckMs(), 1850, 'waiting since 850: cut at 850 + the stall time');
 });
 
-test('chains: the first member by id has no parent and the rest are fed in order; a new first member takes over', () => {
+test('chains: members in the order they joined, the head with no parent; a member coming back joins at the tail', () => {
   const plan = new RingPlan({ stallMs: 1000, chain: true });
-  for (const host of [3, 5, 9]) plan.join(0, host);
-  assert.deepEqual(parents(plan, [3, 5, 9]), [NO_PARENT, 3, 5], 'the last member feeds nobody');
-  plan.pollChanges();
-  plan.join(10, 1);
-  assert.deepEqual(parents(plan, [1, 3, 5, 9]), [NO_PARENT, 1, 3, 5]);
+  for (const host of [5, 3, 9]) plan.join(0, host);
   assert.deepEqual(
-    plan.pollChanges().sort((a, b) => a.host - b.host),
-    [
-      { host: 1, parent: NO_PARENT, ring: 0 },
-      { host: 3, parent: 1, ring: 0 },
-    ],
+    parents(plan, [5, 3, 9]),
+    [NO_PARENT, 5, 3],
+    'joined 5, 3, 9: the last member feeds nobody',
   );
-  plan.leave(20, 1);
-  assert.deepEqual(parents(plan, [3, 5, 9]), [NO_PARENT, 3, 5], 'the next member heads the chain');
+  plan.pollChanges();
+  // A lower id joining later (a restarted agent keeps its id) takes the tail, not the head: behind
+  // the others, as a head it would hold the whole chain back.
+  plan.join(10, 1);
+  assert.deepEqual(parents(plan, [5, 3, 9, 1]), [NO_PARENT, 5, 3, 9]);
+  assert.deepEqual(plan.pollChanges(), [{ host: 1, parent: 9, ring: 0 }], 'only the newcomer is linked');
+  plan.leave(20, 5);
+  assert.deepEqual(parents(plan, [3, 9, 1]), [NO_PARENT, 3, 9], 'the head left: its child heads the chain');
+  plan.leave(30, 9);
+  assert.deepEqual(parents(plan, [3, 1]), [NO_PARENT, 3], 'a member in the middle left: bridged');
+  plan.join(40, 5);
+  assert.deepEqual(parents(plan, [3, 1, 5]), [NO_PARENT, 3, 1], 'the old head comes back at the tail');
   assert.deepEqual(plan.summary(), { members: 3, fed: 2, cut: 0 });
+});
+
+test('chains take every member: no second chain at 17 or 1000 members', () => {
+  const plan = new RingPlan({ stallMs: 1000, chain: true });
+  for (let host = 0; host < 1000; host++) plan.join(0, host);
+  const heads = Array.from({ length: 1000 }, (_, host) => host).filter(
+    (host) => plan.parentOf(host) === NO_PARENT,
+  );
+  assert.deepEqual(heads, [0]);
+  assert.equal(plan.ringOf(999), plan.ringOf(0));
+  const rings = new RingPlan({ stallMs: 1000 });
+  for (let host = 0; host < 17; host++) rings.join(0, host);
+  assert.notEqual(rings.ringOf(16), rings.ringOf(0), 'rings still take 16');
 });

@@ -13,7 +13,9 @@
  * copies and the pieces a loader waits for (SwarmCore.setRingFed). The plan keeps the links:
  *
  * - A member that joins is put in its place by id: its parent is the member before it, and it
- *   becomes the parent of the member after it (whose old parent no longer feeds it).
+ *   becomes the parent of the member after it (whose old parent no longer feeds it). In a chain it
+ *   joins at the tail: a member coming back (an agent restarted on its cache) is behind the others,
+ *   and as a parent ahead of them it would hold the whole chain back.
  * - A member that leaves is bridged: its child's parent becomes its own parent.
  * - A link stalls when its parent holds a piece its child lacks (in the scheduler's view) and the
  *   child has gained nothing through the ring for `stallMs`. The plan then cuts the link: the child
@@ -74,8 +76,9 @@ export interface RingPlanOptions {
    */
   membersMax?: number;
   /**
-   * Chains instead of rings: each ring's first member (by id) has no parent and takes the model per
-   * piece (the origin's first copies); the others are fed by the member before them.
+   * Chains instead of rings: members in the order they joined; the first (the head) has no parent
+   * and takes the model per piece (the origin's first copies); the others are fed by the member
+   * before them.
    */
   chain?: boolean;
 }
@@ -84,7 +87,7 @@ export class RingPlan {
   private readonly stallMs: number;
   private readonly membersMax: number;
   private readonly chain: boolean;
-  /** Each ring's members by id, ascending (a sorted array: inserting costs a copy, ~1 µs per 1000 members). */
+  /** Each ring's members: a ring's by id, ascending; a chain's in the order they joined, head first. */
   private readonly rings = new Map<number, HostId[]>();
   private nextRingId = 0;
   private readonly ringOfHost = new Map<HostId, number>();
@@ -156,16 +159,17 @@ export class RingPlan {
       this.rings.set(ring, []);
     }
     const members = this.rings.get(ring)!;
+    // A ring keeps its members by id. A chain takes a member at its tail: one that comes back
+    // (an agent restarted with its pieces) must not become the parent of members ahead of it.
     let index = 0;
-    while (index < members.length && (members[index] as number) < host) index++;
+    if (this.chain) index = members.length;
+    else while (index < members.length && (members[index] as number) < host) index++;
     members.splice(index, 0, host);
     this.ringOfHost.set(host, ring);
     this.parent.set(host, NO_PARENT);
     this.changes.push(host);
     this.relink(nowMs, members, host);
     this.relink(nowMs, members, members[(index + 1) % members.length] as number);
-    // In a chain the old head may have a parent now (a member with a lower id joined before it).
-    if (this.chain) for (const member of members) this.relink(nowMs, members, member);
     return ring;
   }
 
@@ -181,8 +185,8 @@ export class RingPlan {
     this.restartLink(host, undefined);
     // A member that left has nothing to announce; one that comes back is announced afresh.
     this.announced.delete(host);
+    // The member after it is bridged to the one before (in a chain, the head's child heads it).
     if (members.length === 0) this.rings.delete(ring);
-    else if (this.chain) for (const member of members) this.relink(nowMs, members, member);
     else this.relink(nowMs, members, members[index % members.length] as number);
   }
 
