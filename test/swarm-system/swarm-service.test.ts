@@ -381,17 +381,101 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.equal(parentOf(service, c), 'http://127.0.0.1:1/r0', 'bridged over the host that left');
   });
 
-  it('cuts a host whose feed failed or stalled: it is planned per piece again', () => {
+  it('a failed feed puts the parent out of the ring (once per host; then the host is cut); a stalled link is cut', () => {
     const service = ringService();
-    const [a, b, c] = ['s0', 's1', 's2'].map((name) => register(service, 0, name)) as [
+    const [a, b, c, d] = ['s0', 's1', 's2', 's3'].map((name) => register(service, 0, name)) as [
+      number,
+      number,
+      number,
+      number,
+    ];
+    for (const host of [a, b, c, d]) service.takeReply(host);
+    // Ring s0 -> s1 -> s2 -> s3 -> s0. s2's feed from s1 failed: s1 leaves the ring, s2 is fed by s0.
+    service.sync(10, c, {
+      reports: [],
+      waitMs: 0,
+      ringLost: 'the ring parent sent corrupt bytes',
+      ringLostParent: 'http://127.0.0.1:1/s1',
+    });
+    assert.equal(service.core.isRingFed(b), false, 'the parent is planned per piece');
+    assert.equal(parentOf(service, b), undefined, 'and told it has no ring parent now');
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/s0', 'the ring closed over the gap');
+    assert.equal(service.core.isRingFed(c), true);
+    assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
+    // s3's feed from s2 failed just after s2's own: s2 passed that corrupt piece on as it arrived.
+    // Not s2's fault: s3 is told to subscribe to s2 again, and nobody leaves the ring.
+    service.takeReply(d);
+    service.sync(10.5, d, {
+      reports: [],
+      waitMs: 0,
+      ringLost: 'piece 18 pushed by the ring parent does not match',
+      ringLostParent: 'http://127.0.0.1:1/s2',
+    });
+    assert.equal(parentOf(service, d), 'http://127.0.0.1:1/s2', 'subscribe to s2 again');
+    assert.equal(service.core.isRingFed(c), true);
+    assert.equal(service.core.isRingFed(d), true);
+    assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
+    // A report about a parent since replaced is old news.
+    service.sync(11, c, {
+      reports: [],
+      waitMs: 0,
+      ringLost: 'late',
+      ringLostParent: 'http://127.0.0.1:1/s1',
+    });
+    assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
+    // s1 restarted (same name) stays out of the ring.
+    service.leave(12, b);
+    const b2 = register(service, 12, 's1');
+    assert.equal(service.core.isRingFed(b2), false);
+    assert.equal(parentOf(service, b2), null, 'not a ring member: no ring news at all');
+    // A second failure at s2 cuts s2 itself: one host cannot strip its ring of parents.
+    service.sync(13, c, {
+      reports: [],
+      waitMs: 0,
+      ringLost: 'again',
+      ringLostParent: 'http://127.0.0.1:1/s0',
+    });
+    assert.equal(service.core.isRingFed(c), false);
+    assert.equal(parentOf(service, c), undefined);
+    assert.deepEqual(service.status().ring, { members: 3, fed: 2, cut: 1 });
+    assert.equal(service.core.isRingFed(a), true, 's0 stays in the ring');
+  });
+
+  it('in a chain, a parent whose push failed goes to the tail: still pushed every piece, feeding nobody', () => {
+    const service = new SwarmService('ce'.repeat(32), new PieceMap(fakeManifest(40)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      ringPush: true,
+      ringChain: true,
+    });
+    const [a, b, c, d] = ['u0', 'u1', 'u2', 'u3'].map((name) => register(service, 0, name)) as [
+      number,
+      number,
+      number,
+      number,
+    ];
+    for (const host of [a, b, c, d]) service.takeReply(host);
+    // u0 -> u1 -> u2 -> u3; u2's feed from u1 failed.
+    service.sync(10, c, {
+      reports: [],
+      waitMs: 0,
+      ringLost: 'corrupt',
+      ringLostParent: 'http://127.0.0.1:1/u1',
+    });
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/u0', 'u2 is fed by u0 now');
+    assert.equal(parentOf(service, b), 'http://127.0.0.1:1/u3', 'u1 is at the tail, fed by u3');
+    assert.equal(parentOf(service, d), null, 'u3 keeps its parent (u2)');
+    assert.equal(service.core.isRingFed(b), true);
+    assert.deepEqual(service.status().ring, { members: 4, fed: 3, cut: 0 });
+  });
+
+  it('cuts a host whose ring link stalled: it is planned per piece again', () => {
+    const service = ringService();
+    const [a, b, c] = ['t0', 't1', 't2'].map((name) => register(service, 0, name)) as [
       number,
       number,
       number,
     ];
     for (const host of [a, b, c]) service.takeReply(host);
-    service.sync(10, b, { reports: [], waitMs: 0, ringLost: 'the ring parent sent corrupt bytes' });
-    assert.equal(service.core.isRingFed(b), false);
-    assert.equal(parentOf(service, b), undefined, 'told it has no ring parent now');
     // c's parent (b) holds pieces c lacks and nothing reaches c: the link stalls and is cut.
     service.sync(20, b, { reports: [], waitMs: 0, held: [1, 2] });
     let now = 20;

@@ -430,7 +430,7 @@ export class SwarmMember {
           this.resubscribeSoon(url);
           return;
         }
-        this.session.ringLost(error.message);
+        this.session.ringLost(error.message, url);
         this.options.onEvent?.({ type: 'ring-lost', parent: url, reason: error.message });
       },
     });

@@ -127,6 +127,7 @@ export class SchedulerSession {
   private ringTimer: ReturnType<typeof setTimeout> | undefined;
   private ringDue = false;
   private ringLostReason: string | undefined;
+  private ringLostParent: string | undefined;
 
   constructor(private readonly options: SchedulerSessionOptions) {}
 
@@ -258,9 +259,10 @@ export class SchedulerSession {
     this.ringTimer.unref();
   }
 
-  /** Ring mode: the feed from the ring parent ended with an error; the scheduler is told at once. */
-  ringLost(reason: string): void {
+  /** Ring mode: the feed from the ring parent `parent` ended with an error; the scheduler is told at once. */
+  ringLost(reason: string, parent: string): void {
     this.ringLostReason = reason;
+    this.ringLostParent = parent;
     this.flush();
   }
 
@@ -392,6 +394,7 @@ export class SchedulerSession {
     this.reports.length = 0;
     this.ringPieces = [];
     this.ringLostReason = undefined;
+    this.ringLostParent = undefined;
     this.deferredReports = [];
     clearTimeout(this.deferTimer);
     this.deferTimer = undefined;
@@ -444,6 +447,7 @@ export class SchedulerSession {
     for (const piece of this.urgentPieces) if (this.options.store.has(piece)) this.urgentPieces.delete(piece);
     const urgent = [...this.urgentPieces];
     const lost = this.ringLostReason;
+    const lostParent = this.ringLostParent;
     if (
       !always &&
       this.reports.length === 0 &&
@@ -455,6 +459,7 @@ export class SchedulerSession {
       return;
     this.takeDeferred();
     this.ringLostReason = undefined;
+    this.ringLostParent = undefined;
     this.ringDue = false;
     clearTimeout(this.ringTimer);
     this.ringTimer = undefined;
@@ -469,6 +474,7 @@ export class SchedulerSession {
         ...(ending.length > 0 ? { ending: ending.slice(0, SYNC_ITEMS_MAX) } : {}),
         ...(held.length > 0 ? { held } : {}),
         ...(lost === undefined ? {} : { ringLost: lost }),
+        ...(lost === undefined || lostParent === undefined ? {} : { ringLostParent: lostParent }),
       }),
     );
     if (this.reports.length > 0) this.flush();

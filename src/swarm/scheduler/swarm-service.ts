@@ -30,6 +30,12 @@ export { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions };
 
 /** Peers a sync reply lists for the agent's fallback mode. */
 const PEERS_LISTED_MAX = 64;
+/**
+ * Ring mode: a feed lost this soon after its parent reported its own lost is taken for a piece the
+ * parent passed on as it arrived (cut-through) and found corrupt itself: the child is fed by the
+ * same parent again. The parent's report comes first (it checks the piece one read sooner).
+ */
+const RING_PASSED_ON_MS = 1000;
 /** Rounds of cancel-then-replan in one distribute; each round only follows cancellations. */
 const DISTRIBUTE_ROUNDS_MAX = 8;
 
@@ -69,6 +75,12 @@ export class SwarmService {
   originBytes = 0;
   /** Ring mode's plan (options.ringPush), else undefined. */
   readonly ring: RingPlan | undefined;
+  /** Ring mode: hosts (by name) whose failed feed put their parent out of the ring (once each)... */
+  private readonly ringEvictors = new Set<string>();
+  /** ...and the parents put out, who stay out (a restart keeps the name). */
+  private readonly ringEvicted = new Set<string>();
+  /** Ring mode: when each host (by name) last reported its feed lost. */
+  private readonly ringReportedMs = new Map<string, number>();
 
   constructor(
     readonly model: string,
@@ -149,7 +161,7 @@ export class SwarmService {
       },
       held,
     );
-    this.ring?.join(nowMs, id);
+    if (!this.ringEvicted.has(message.name)) this.ring?.join(nowMs, id);
     this.applyRing(nowMs);
     this.distribute(nowMs);
     return {
@@ -186,10 +198,7 @@ export class SwarmService {
         this.core.handleHeld(nowMs, host, pieces);
         this.ring.delivered(nowMs, host);
       }
-      if (message.ringLost !== undefined && this.ring.parentOf(host) !== NO_PARENT) {
-        this.ring.cut(host);
-        this.applyRing(nowMs);
-      }
+      if (message.ringLost !== undefined) this.ringLost(nowMs, entry, message.ringLostParent);
     }
     if (this.core.isEjected(host)) {
       // Its reports kept failing re-checks: it leaves (its name stays marked) and is told why.
@@ -333,6 +342,54 @@ export class SwarmService {
     if (this.core.isBlamed(host)) this.blamedIds.set(entry.name, host);
     else this.freeIds.push(host);
     entry.wake?.();
+  }
+
+  /**
+   * Ring mode: `entry`'s feed from its ring parent failed (a corrupt or malformed push, a parent that
+   * went quiet mid-piece or could not be reached again). The ring closes over the parent: one bad
+   * parent mid-chain no longer starves every host behind it. In a chain the parent moves to the
+   * tail; in a ring it leaves, planned per piece from then on (never a member again). Who is at fault is not known, so a host
+   * gets this once; a second failure cuts the host itself out (a liar cannot strip its ring of
+   * parents). A report about a parent since replaced changes nothing, nor one about a parent
+   * whose own feed just failed (RING_PASSED_ON_MS).
+   */
+  private ringLost(nowMs: number, entry: HostEntry, parentUrl: string | undefined): void {
+    const ring = this.ring;
+    if (ring === undefined) return;
+    const parent = ring.parentOf(entry.id);
+    const parentEntry = parent === NO_PARENT ? undefined : this.hosts.get(parent);
+    if (parentEntry === undefined || (parentUrl !== undefined && parentUrl !== parentEntry.url)) return;
+    const reportedMs = this.ringReportedMs.get(parentEntry.name);
+    this.ringReportedMs.set(entry.name, nowMs);
+    if (reportedMs !== undefined && nowMs - reportedMs <= RING_PASSED_ON_MS) {
+      // The parent's own feed failed a moment ago: it passed on, as it arrived, a piece that then
+      // failed its own check too. Not its fault: the host subscribes to it again.
+      entry.ringNews = parentEntry.url;
+      const wake = entry.wake;
+      delete entry.wake;
+      wake?.();
+      return;
+    }
+    if (this.ringEvictors.has(entry.name)) {
+      ring.cut(entry.id);
+    } else if (this.options.ringChain === true) {
+      // In a chain the parent goes to the tail: it still gets every piece pushed, and feeds nobody
+      // (planned per piece instead, it took uploads from the chain: 17-21 s instead of 13).
+      this.ringEvictors.add(entry.name);
+      ring.leave(nowMs, parent);
+      ring.join(nowMs, parent);
+    } else {
+      this.ringEvictors.add(entry.name);
+      this.ringEvicted.add(parentEntry.name);
+      ring.leave(nowMs, parent);
+      // Out of the ring: no parent to subscribe to, planned per piece like a cut host.
+      this.core.setRing(nowMs, parent, -1, false);
+      parentEntry.ringNews = '';
+      const wake = parentEntry.wake;
+      delete parentEntry.wake;
+      wake?.();
+    }
+    this.applyRing(nowMs);
   }
 
   /** Ring mode: passes the plan's changes to the core and into the hosts' next replies. */

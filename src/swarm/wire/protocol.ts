@@ -87,8 +87,10 @@ export const syncSchema = s.object({
   waitMs: s.count(SYNC_WAIT_MS_MAX),
   /** Ring mode: pieces pushed to this host by its ring parent, verified and stored since the last sync. */
   held: s.optional(s.array(id, { max: SYNC_ITEMS_MAX })),
-  /** Ring mode: the feed from this host's ring parent ended, and why (the scheduler cuts the link). */
+  /** Ring mode: the feed from this host's ring parent ended, and why. */
   ringLost: s.optional(s.string({ max: 1024 })),
+  /** Ring mode: the URL of the parent whose feed ended (a report about a parent since replaced is old news). */
+  ringLostParent: s.optional(s.string({ max: 2048 })),
 });
 export type Sync = s.Infer<typeof syncSchema>;
 
