@@ -349,10 +349,25 @@ describe('SwarmService (scheduler shell, fake time)', () => {
 });
 
 describe('SwarmService in ring mode (fake time)', () => {
-  const ringService = (): SwarmService =>
+  const ringService = (ringChain = false): SwarmService =>
     new SwarmService('cd'.repeat(32), new PieceMap(fakeManifest(40)), {
       ...SWARM_SERVICE_DEFAULTS,
       ringPush: true,
+      ...(ringChain ? { ringChain } : {}),
+    });
+  /** Four hosts named PREFIX0-3, registered in that order, their first replies taken. */
+  const fourHosts = (service: SwarmService, prefix: string): [number, number, number, number] => {
+    const hosts = [0, 1, 2, 3].map((i) => register(service, 0, `${prefix}${i}`));
+    for (const host of hosts) service.takeReply(host);
+    return hosts as [number, number, number, number];
+  };
+  /** `host` reports its feed from the host named `parent` lost. */
+  const feedLost = (service: SwarmService, now: number, host: number, parent: string, why: string): void =>
+    service.sync(now, host, {
+      reports: [],
+      waitMs: 0,
+      ringLost: why,
+      ringLostParent: `http://127.0.0.1:1/${parent}`,
     });
   const parentOf = (service: SwarmService, host: number): string | undefined | null => {
     const reply = service.takeReply(host);
@@ -383,20 +398,9 @@ describe('SwarmService in ring mode (fake time)', () => {
 
   it('a failed feed puts the parent out of the ring (once per host; then the host is cut); a stalled link is cut', () => {
     const service = ringService();
-    const [a, b, c, d] = ['s0', 's1', 's2', 's3'].map((name) => register(service, 0, name)) as [
-      number,
-      number,
-      number,
-      number,
-    ];
-    for (const host of [a, b, c, d]) service.takeReply(host);
+    const [a, b, c, d] = fourHosts(service, 's');
     // Ring s0 -> s1 -> s2 -> s3 -> s0. s2's feed from s1 failed: s1 leaves the ring, s2 is fed by s0.
-    service.sync(10, c, {
-      reports: [],
-      waitMs: 0,
-      ringLost: 'the ring parent sent corrupt bytes',
-      ringLostParent: 'http://127.0.0.1:1/s1',
-    });
+    feedLost(service, 10, c, 's1', 'the ring parent sent corrupt bytes');
     assert.equal(service.core.isRingFed(b), false, 'the parent is planned per piece');
     assert.equal(parentOf(service, b), undefined, 'and told it has no ring parent now');
     assert.equal(parentOf(service, c), 'http://127.0.0.1:1/s0', 'the ring closed over the gap');
@@ -405,23 +409,13 @@ describe('SwarmService in ring mode (fake time)', () => {
     // s3's feed from s2 failed just after s2's own: s2 passed that corrupt piece on as it arrived.
     // Not s2's fault: s3 is told to subscribe to s2 again, and nobody leaves the ring.
     service.takeReply(d);
-    service.sync(10.5, d, {
-      reports: [],
-      waitMs: 0,
-      ringLost: 'piece 18 pushed by the ring parent does not match',
-      ringLostParent: 'http://127.0.0.1:1/s2',
-    });
+    feedLost(service, 10.5, d, 's2', 'piece 18 pushed by the ring parent does not match');
     assert.equal(parentOf(service, d), 'http://127.0.0.1:1/s2', 'subscribe to s2 again');
     assert.equal(service.core.isRingFed(c), true);
     assert.equal(service.core.isRingFed(d), true);
     assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
     // A report about a parent since replaced is old news.
-    service.sync(11, c, {
-      reports: [],
-      waitMs: 0,
-      ringLost: 'late',
-      ringLostParent: 'http://127.0.0.1:1/s1',
-    });
+    feedLost(service, 11, c, 's1', 'late');
     assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
     // s1 restarted (same name) stays out of the ring.
     service.leave(12, b);
@@ -429,12 +423,7 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.equal(service.core.isRingFed(b2), false);
     assert.equal(parentOf(service, b2), null, 'not a ring member: no ring news at all');
     // A second failure at s2 cuts s2 itself: one host cannot strip its ring of parents.
-    service.sync(13, c, {
-      reports: [],
-      waitMs: 0,
-      ringLost: 'again',
-      ringLostParent: 'http://127.0.0.1:1/s0',
-    });
+    feedLost(service, 13, c, 's0', 'again');
     assert.equal(service.core.isRingFed(c), false);
     assert.equal(parentOf(service, c), undefined);
     assert.deepEqual(service.status().ring, { members: 3, fed: 2, cut: 1 });
@@ -442,25 +431,10 @@ describe('SwarmService in ring mode (fake time)', () => {
   });
 
   it('in a chain, a parent whose push failed goes to the tail: still pushed every piece, feeding nobody', () => {
-    const service = new SwarmService('ce'.repeat(32), new PieceMap(fakeManifest(40)), {
-      ...SWARM_SERVICE_DEFAULTS,
-      ringPush: true,
-      ringChain: true,
-    });
-    const [a, b, c, d] = ['u0', 'u1', 'u2', 'u3'].map((name) => register(service, 0, name)) as [
-      number,
-      number,
-      number,
-      number,
-    ];
-    for (const host of [a, b, c, d]) service.takeReply(host);
+    const service = ringService(true);
+    const [, b, c, d] = fourHosts(service, 'u');
     // u0 -> u1 -> u2 -> u3; u2's feed from u1 failed.
-    service.sync(10, c, {
-      reports: [],
-      waitMs: 0,
-      ringLost: 'corrupt',
-      ringLostParent: 'http://127.0.0.1:1/u1',
-    });
+    feedLost(service, 10, c, 'u1', 'corrupt');
     assert.equal(parentOf(service, c), 'http://127.0.0.1:1/u0', 'u2 is fed by u0 now');
     assert.equal(parentOf(service, b), 'http://127.0.0.1:1/u3', 'u1 is at the tail, fed by u3');
     assert.equal(parentOf(service, d), null, 'u3 keeps its parent (u2)');
