@@ -134,10 +134,10 @@ const RING_REFUSALS_MAX = 20;
 /**
  * Ring mode: a feed whose connection closed or could not be made is opened again after
  * RING_REFUSAL_RETRY_MS, this many times with no piece pushed in between, before the link is
- * reported lost. The parent may be gone (the scheduler then bridges this host to the parent's
- * parent, at once when its channel closed), or it passed on a piece that stopped arriving (its own
- * parent died) and is still there: reported at once, either cut this host out of its chain for
- * good, and the hosts behind it starved (chaos, agents killed: 18-21 s instead of 13-14).
+ * reported lost. Either the parent is gone (the scheduler bridges this host to the parent's parent,
+ * at once when the parent's channel closed), or it is still there and dropped the feed because a
+ * piece it passed on stopped arriving (its own parent died). Reported at once, both cut this host
+ * out of its chain, and the hosts behind it starved (chaos, agents killed: 17-21 s instead of 13-14).
  */
 const RING_RECONNECTS_MAX = 20;
 

@@ -348,10 +348,10 @@ export class SwarmService {
    * Ring mode: `entry`'s feed from its ring parent failed (a corrupt or malformed push, a parent that
    * went quiet mid-piece or could not be reached again). The ring closes over the parent: one bad
    * parent mid-chain no longer starves every host behind it. In a chain the parent moves to the
-   * tail; in a ring it leaves, planned per piece from then on (never a member again). Who is at fault is not known, so a host
-   * gets this once; a second failure cuts the host itself out (a liar cannot strip its ring of
-   * parents). A report about a parent since replaced changes nothing, nor one about a parent
-   * whose own feed just failed (RING_PASSED_ON_MS).
+   * tail; in a ring it leaves, planned per piece from then on (never a member again). Who is at
+   * fault is not known, so a host gets this once; a second failure cuts the host itself out (a liar
+   * cannot strip its ring of parents). A report about a parent since replaced changes nothing, nor
+   * one about a parent whose own feed just failed (RING_PASSED_ON_MS).
    */
   private ringLost(nowMs: number, entry: HostEntry, parentUrl: string | undefined): void {
     const ring = this.ring;
@@ -364,32 +364,34 @@ export class SwarmService {
     if (reportedMs !== undefined && nowMs - reportedMs <= RING_PASSED_ON_MS) {
       // The parent's own feed failed a moment ago: it passed on, as it arrived, a piece that then
       // failed its own check too. Not its fault: the host subscribes to it again.
-      entry.ringNews = parentEntry.url;
-      const wake = entry.wake;
-      delete entry.wake;
-      wake?.();
+      this.tellRing(entry, parentEntry.url);
       return;
     }
     if (this.ringEvictors.has(entry.name)) {
       ring.cut(entry.id);
-    } else if (this.options.ringChain === true) {
-      // In a chain the parent goes to the tail: it still gets every piece pushed, and feeds nobody
-      // (planned per piece instead, it took uploads from the chain: 17-21 s instead of 13).
-      this.ringEvictors.add(entry.name);
-      ring.leave(nowMs, parent);
-      ring.join(nowMs, parent);
     } else {
       this.ringEvictors.add(entry.name);
-      this.ringEvicted.add(parentEntry.name);
       ring.leave(nowMs, parent);
-      // Out of the ring: no parent to subscribe to, planned per piece like a cut host.
-      this.core.setRing(nowMs, parent, -1, false);
-      parentEntry.ringNews = '';
-      const wake = parentEntry.wake;
-      delete parentEntry.wake;
-      wake?.();
+      if (this.options.ringChain === true) {
+        // In a chain the parent goes to the tail: it still gets every piece pushed, and feeds
+        // nobody (planned per piece instead, it took uploads from the chain: 17-21 s instead of 13).
+        ring.join(nowMs, parent);
+      } else {
+        // Out of the ring: no parent to subscribe to, planned per piece like a cut host.
+        this.ringEvicted.add(parentEntry.name);
+        this.core.setRing(nowMs, parent, -1, false);
+        this.tellRing(parentEntry, '');
+      }
     }
     this.applyRing(nowMs);
+  }
+
+  /** Ring mode: `news` (its parent's URL, '' for none) goes out in the host's next reply, now. */
+  private tellRing(entry: HostEntry, news: string): void {
+    entry.ringNews = news;
+    const wake = entry.wake;
+    delete entry.wake;
+    wake?.();
   }
 
   /** Ring mode: passes the plan's changes to the core and into the hosts' next replies. */
@@ -399,10 +401,7 @@ export class SwarmService {
       this.core.setRing(nowMs, change.host, change.ring, change.parent !== NO_PARENT);
       const entry = this.hosts.get(change.host);
       if (entry === undefined) continue;
-      entry.ringNews = change.parent === NO_PARENT ? '' : (this.hosts.get(change.parent)?.url ?? '');
-      const wake = entry.wake;
-      delete entry.wake;
-      wake?.();
+      this.tellRing(entry, change.parent === NO_PARENT ? '' : (this.hosts.get(change.parent)?.url ?? ''));
     }
   }
 
