@@ -27,7 +27,7 @@ import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '..
 import { startFileServer } from '../src/origin/file-server.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
-import { CLI, startProcess, stopProcess } from '../scripts/cluster.js';
+import { CLI, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
 
 const MiB = 1024 * 1024;
@@ -164,7 +164,7 @@ async function joinByApi(agentUrl: string, source: string, manifest: Manifest, h
 
 /** Runs `node argv...` to its end (bounded in time); throws unless it exits with 0. */
 async function runPull(argv: readonly string[], onSpawn: (pid: number | undefined) => void): Promise<void> {
-  const child = spawn(process.execPath, argv, {
+  const child = spawn(process.execPath, [...profileNodeArgs(), ...argv], {
     stdio: ['ignore', 'ignore', 'pipe'],
     timeout: COMPLETE_TIMEOUT_MS,
   });

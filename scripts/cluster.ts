@@ -54,6 +54,12 @@ export interface Proc {
 /** What an agent's local API says about a model (the agent's own type). */
 export type AgentStatus = ModelStatus;
 
+/** Set WEIGHTCAST_PROFILE_DIR to get a CPU profile of every child (node --cpu-prof) for `measure first`. */
+export function profileNodeArgs(): string[] {
+  const profile = process.env['WEIGHTCAST_PROFILE_DIR'];
+  return profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+}
+
 /** Starts `node argv...` and resolves with its URL once it prints one matching `pattern`. */
 export async function startProcess(
   argv: readonly string[],
@@ -61,10 +67,9 @@ export async function startProcess(
   name: string,
   log?: (line: string) => void,
 ): Promise<Proc> {
-  // Set WEIGHTCAST_PROFILE_DIR to get a CPU profile of every child (node --cpu-prof) for `measure first`.
-  const profile = process.env['WEIGHTCAST_PROFILE_DIR'];
-  const nodeArgs = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
-  const child = spawn(process.execPath, [...nodeArgs, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...profileNodeArgs(), ...argv], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   const url = await new Promise<string>((resolveUrl, reject) => {
     const timer = setTimeout(() => {
