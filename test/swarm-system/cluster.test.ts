@@ -240,6 +240,46 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a chain whose scheduler is stopped (SIGSTOP): the head reads the origin on its own and the others keep taking its pushes', async () => {
+    await withCluster(
+      'chain-stop',
+      { hosts: 4, hostMbps: 8, originMbps: 8, schedulerArgs: ['--ring-chain'] },
+      async (cluster) => {
+        const started = performance.now();
+        // One at a time: the chain is 0 -> 1 -> 2 -> 3, and agent 0 reads the origin for it.
+        for (const i of all(4)) await cluster.join(i);
+        for (let tries = 0; tries < 400; tries++) {
+          if ((await cluster.status(3)).held >= 4) break;
+          await sleep(20);
+        }
+        const tail = await cluster.status(3);
+        assert.ok(tail.held >= 4 && tail.held < tail.pieceCount / 2, `the tail held ${tail.held} pieces`);
+        const scheduler = cluster.scheduler.child;
+        scheduler.kill('SIGSTOP');
+        try {
+          await cluster.waitComplete(all(4), started, 60_000);
+        } finally {
+          scheduler.kill('SIGCONT');
+        }
+        await assertCopies(cluster, all(4));
+        const statuses = await Promise.all(all(4).map((i) => cluster.status(i)));
+        // The members behind the head fetched nothing on their own: on their own after the
+        // scheduler's silence, they would each have read their stripe of the origin.
+        for (const i of [1, 2, 3])
+          assert.equal(
+            statuses[i]!.originBytes,
+            0,
+            `agent ${i} read ${statuses[i]!.originBytes} bytes from the origin`,
+          );
+        // Every first copy came from the head, once (a read it had been assigned may cross one of its own).
+        assert.ok(
+          statuses[0]!.originBytes >= size && statuses[0]!.originBytes <= 1.1 * size,
+          `the head read ${statuses[0]!.originBytes / size} x S from the origin`,
+        );
+      },
+    );
+  });
+
   it('ring mode: a ring parent that pushes corrupt bytes is cut out, and every copy is still exact', async () => {
     await withCluster(
       'ring-corrupt',

@@ -442,6 +442,18 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.deepEqual(service.status().ring, { members: 4, fed: 3, cut: 0 });
   });
 
+  it("tells a chain's head that it heads it, and the next member once the head leaves; a ring has no head", () => {
+    const service = ringService(true);
+    const [h0, h1] = ['v0', 'v1'].map((name) => register(service, 0, name)) as [number, number];
+    assert.deepEqual(service.takeReply(h0).ring, { head: true });
+    assert.deepEqual(service.takeReply(h1).ring, { parent: 'http://127.0.0.1:1/v0' });
+    service.leave(5, h0);
+    assert.deepEqual(service.takeReply(h1).ring, { head: true }, 'v1 heads the chain now');
+    const ring = ringService();
+    const [r0] = ['w0'].map((name) => register(ring, 0, name)) as [number];
+    assert.deepEqual(ring.takeReply(r0).ring, {}, 'alone in a ring: no parent, and no head');
+  });
+
   it('cuts a host whose ring link stalled: it is planned per piece again', () => {
     const service = ringService();
     const [a, b, c] = ['t0', 't1', 't2'].map((name) => register(service, 0, name)) as [

@@ -3,9 +3,11 @@ import assert from 'node:assert/strict';
 import {
   FALLBACK_BUSY_STREAK_MAX,
   FALLBACK_DRAWS,
+  FALLBACK_FEED_QUIET_MS,
   FALLBACK_ROUNDS_MAX,
   afterPeerFetch,
   pickFallbackFetches,
+  ringFeedDelivers,
   type FallbackView,
 } from '../../src/swarm/core/fallback.js';
 import { Random } from '../../src/swarm/core/random.js';
@@ -250,4 +252,62 @@ test(`fallback: the same seed picks the same fetches (seed ${SEED})`, () => {
   const a = pickFallbackFetches(shape(), limits, new Random(SEED));
   const b = pickFallbackFetches(shape(), limits, new Random(SEED));
   assert.deepEqual(a, b);
+});
+
+test(`fallback, ring mode: a member whose feed delivers fetches blocked pieces only (seed ${SEED})`, () => {
+  const peers = [{ peer: 'a', pieces: new Set([0, 1, 2, 3, 4, 5]) }];
+  const fed = pickFallbackFetches(
+    view({ urgent: new Set([7]), peers, ring: { fed: true, head: false } }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(
+    fed.map((pick) => [pick.piece, pick.source.kind]),
+    [[7, 'origin']],
+  );
+  // The same host without a delivering feed takes what it can.
+  const unfed = pickFallbackFetches(
+    view({ urgent: new Set([7]), peers, ring: { fed: false, head: false } }),
+    limits,
+    new Random(SEED),
+  );
+  assert.equal(unfed.length, limits.downloadsMax);
+});
+
+test(`fallback, ring mode: a chain's head reads every unheld piece from the origin, not its stripe alone (seed ${SEED})`, () => {
+  // Stripe 1 of 8: pieces 1 and 9 of 16 are its. Nobody else holds anything.
+  const stripe = { index: 1, count: 8 };
+  const head = pickFallbackFetches(
+    view({ stripe, ring: { fed: false, head: true } }),
+    { downloadsMax: 4, originReadsMax: 4 },
+    new Random(SEED),
+  );
+  assert.equal(head.length, 4);
+  assert.ok(head.every((pick) => pick.source.kind === 'origin'));
+  assert.ok(
+    head.some((pick) => pick.piece % stripe.count !== stripe.index),
+    'pieces outside the stripe are read too',
+  );
+  // A member that is no head keeps to its stripe.
+  const member = pickFallbackFetches(
+    view({ stripe, ring: { fed: false, head: false } }),
+    { downloadsMax: 4, originReadsMax: 4 },
+    new Random(SEED),
+  );
+  assert.ok(member.length > 0);
+  assert.ok(member.every((pick) => pick.piece % stripe.count === stripe.index));
+});
+
+test('fallback, ring mode: an open feed counts as delivering while it pushes, and not once quiet', () => {
+  const since = 1000;
+  assert.equal(ringFeedDelivers(false, since, since, since), false, 'a closed feed delivers nothing');
+  // Just on its own: the head gets a moment to start reading the origin.
+  assert.equal(ringFeedDelivers(true, undefined, since, since + FALLBACK_FEED_QUIET_MS - 1), true);
+  assert.equal(ringFeedDelivers(true, undefined, since, since + FALLBACK_FEED_QUIET_MS), false);
+  // A push long before the member went on its own does not stretch the moment.
+  assert.equal(ringFeedDelivers(true, 0, since, since + FALLBACK_FEED_QUIET_MS), false);
+  // Pushes keep it delivering.
+  const push = since + 10 * FALLBACK_FEED_QUIET_MS;
+  assert.equal(ringFeedDelivers(true, push, since, push + FALLBACK_FEED_QUIET_MS - 1), true);
+  assert.equal(ringFeedDelivers(true, push, since, push + FALLBACK_FEED_QUIET_MS), false);
 });

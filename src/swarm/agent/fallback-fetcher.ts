@@ -14,6 +14,7 @@ import {
   FALLBACK_PUMP_EVERY_MS,
   afterPeerFetch,
   pickFallbackFetches,
+  ringFeedDelivers,
   type FallbackPeer,
 } from '../core/fallback.js';
 import { Random } from '../core/random.js';
@@ -44,6 +45,12 @@ export interface FallbackFetcherOptions {
   urgent(): ReadonlySet<number>;
   /** Pieces an assigned fetch left over from the scheduler is still fetching. */
   fetchingAssigned(piece: number): boolean;
+  /**
+   * Ring mode: whether the feed from this host's ring parent is open and when it last pushed a
+   * piece (performance.now() ms), and whether this host heads a chain (no parent, a child fed);
+   * undefined outside ring mode.
+   */
+  ring?(): { feedOpen: boolean; lastPushMs: number | undefined; head: boolean } | undefined;
 }
 
 export class FallbackFetcher {
@@ -57,6 +64,8 @@ export class FallbackFetcher {
   private readonly fetching = new Set<number>();
   private running = 0;
   private originReads = 0;
+  /** When the member last went on its own (performance.now() ms); undefined while it has a scheduler. */
+  private onOwnSince: number | undefined;
   /** The policy's generator: seeded here, where randomness is allowed (the policy has none). */
   private readonly random = new Random(randomInt(2 ** 31));
 
@@ -67,7 +76,12 @@ export class FallbackFetcher {
     const { signal, store } = this.options;
     while (!signal.aborted && !store.complete) {
       await sleep(FALLBACK_PUMP_EVERY_MS, undefined, { signal }).catch(() => undefined);
-      if (signal.aborted || !this.options.active()) continue;
+      if (signal.aborted) continue;
+      if (!this.options.active()) {
+        this.onOwnSince = undefined;
+        continue;
+      }
+      this.onOwnSince ??= performance.now();
       await this.refreshPeerHave();
       this.pump();
     }
@@ -116,6 +130,7 @@ export class FallbackFetcher {
     // Its place among its rack-mates, itself included, in the order they all agree on.
     const mates =
       rackMates === undefined ? undefined : [...new Set([...rackMates, this.options.selfUrl])].sort();
+    const ring = this.ringView();
     const picks = pickFallbackFetches(
       {
         pieceCount: map.pieceCount,
@@ -129,12 +144,27 @@ export class FallbackFetcher {
         ...(mates === undefined
           ? {}
           : { rackStripe: { index: mates.indexOf(this.options.selfUrl), count: mates.length } }),
+        ...(ring === undefined ? {} : { ring }),
       },
-      { downloadsMax: this.options.downloadsMax, originReadsMax: FALLBACK_ORIGIN_READS_MAX },
+      {
+        downloadsMax: this.options.downloadsMax,
+        // A chain's head reads the origin for the whole chain, as the scheduler had it do.
+        originReadsMax: ring?.head === true ? this.options.downloadsMax : FALLBACK_ORIGIN_READS_MAX,
+      },
       this.random,
     );
     for (const pick of picks)
       this.start(pick.piece, pick.source.kind === 'origin' ? 'origin' : pick.source.peer);
+  }
+
+  private ringView(): { fed: boolean; head: boolean } | undefined {
+    const ring = this.options.ring?.();
+    if (ring === undefined) return undefined;
+    const now = performance.now();
+    return {
+      fed: ringFeedDelivers(ring.feedOpen, ring.lastPushMs, this.onOwnSince ?? now, now),
+      head: ring.head,
+    };
   }
 
   private start(piece: number, source: string): void {

@@ -101,6 +101,12 @@ export type MemberEvent =
  * (20 s of SIGSTOP) 28.8 s against 24.1 s with 5 s; the fan-out saw no false loss at 5 s.
  */
 export const SCHEDULER_SILENCE_MS_DEFAULT = 5_000;
+
+/**
+ * A chain's head with no fetch running reads the origin on its own once the scheduler has been quiet
+ * this long (a healthy scheduler answers its head's reports at once: it has every first copy to give).
+ */
+export const HEAD_ALONE_MS = 1000;
 /**
  * A manifest up to this size rides along with every registration (a 256 MiB model in 512 KiB
  * pieces has a 41 KB one); a larger one (a 1 TB model's is megabytes) only when the scheduler does
@@ -179,6 +185,12 @@ export class SwarmMember {
   /** Ring mode: the feed from the ring parent, and the parent's URL. */
   private ringFeed: RingFeed | undefined;
   private ringParent: string | undefined;
+  /** Ring mode: the scheduler has named this host's ring parent, or said it has none. */
+  private ringTold = false;
+  /** Ring mode: the scheduler said this host heads a chain. */
+  private ringHead = false;
+  /** Ring mode: when the feed last pushed a piece that verified (performance.now() ms). */
+  private ringPushedAt: number | undefined;
   /** Subscriptions the parent refused as not yet joined to the model, in a row; the retry's timer. */
   private ringRefusals = 0;
   /** Ring feeds to the same parent opened again since one last pushed a piece. */
@@ -248,11 +260,19 @@ export class SwarmMember {
       access: options.access,
       downloadsMax: this.downloadsMax,
       signal,
-      active: () => this.session.host === undefined && this.session.schedulerDown,
+      active: () => (this.session.host === undefined && this.session.schedulerDown) || this.headOnItsOwn(),
       knownPeers: () => this.session.knownPeers,
       rackPeers: () => this.session.knownRackPeers,
       urgent: () => this.session.urgentSet,
       fetchingAssigned: (piece) => this.assignedPieces.has(piece),
+      ring: () =>
+        this.ringTold
+          ? {
+              feedOpen: this.ringFeed !== undefined,
+              lastPushMs: this.ringPushedAt,
+              head: this.ringHead,
+            }
+          : undefined,
     });
   }
 
@@ -339,6 +359,7 @@ export class SwarmMember {
     if (event.ring === true) {
       this.session.ringHeld(event.piece);
       this.ringReconnects = 0;
+      this.ringPushedAt = performance.now();
     } else this.ringFeed?.have(event.piece);
     for (const listener of this.verifiedListeners) listener(event.piece);
     if (this.options.store.complete && !this.completed) {
@@ -437,6 +458,15 @@ export class SwarmMember {
     this.ringFeed = feed;
   }
 
+  /**
+   * A chain's head reads the origin for everyone behind it. With no fetch running and the scheduler
+   * quiet for HEAD_ALONE_MS it reads on its own (the fallback policy, every piece its), not after
+   * the scheduler's full silence: the whole chain would idle that long.
+   */
+  private headOnItsOwn(): boolean {
+    return this.ringHead && this.running === 0 && this.session.silentMs() > HEAD_ALONE_MS;
+  }
+
   /** Subscribes to `url` again in RING_REFUSAL_RETRY_MS, unless the parent changed by then. */
   private resubscribeSoon(url: string): void {
     this.ringRetry = setTimeout(() => {
@@ -448,7 +478,11 @@ export class SwarmMember {
   }
 
   private apply(reply: SyncReply): void {
-    if (reply.ring !== undefined) this.setRingParent(reply.ring.parent);
+    if (reply.ring !== undefined) {
+      this.ringTold = true;
+      this.ringHead = reply.ring.parent === undefined && reply.ring.head === true;
+      this.setRingParent(reply.ring.parent);
+    }
     for (const transferId of reply.cancellations) {
       this.fetches.get(transferId)?.controller.abort();
       const queued = this.queue.findIndex((a) => a.transferId === transferId);

@@ -101,6 +101,8 @@ export class SchedulerSession {
   host: number | undefined;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
   schedulerDown = false;
+  /** When the scheduler last sent anything on the sync channel (performance.now() ms). */
+  private heardAt: number | undefined;
   /** The registration request on its way, if any (see register and leave). */
   private registering: Promise<unknown> | undefined;
   /** The kind of the last failure said (see lose): the same one again is not said again. */
@@ -286,11 +288,13 @@ export class SchedulerSession {
     const reader = new FrameReader();
     let heartbeat: ReturnType<typeof setInterval> | undefined;
     let heardMs = performance.now();
+    this.heardAt = heardMs;
     const silenceMs = this.options.schedulerSilenceMs;
     try {
       await new Promise<void>((resolve, reject) => {
         const onData = (chunk: Buffer): void => {
           heardMs = performance.now();
+          this.heardAt = heardMs;
           try {
             for (const frame of reader.push(chunk)) {
               const error = frameError(frame, 'the scheduler');
@@ -350,6 +354,11 @@ export class SchedulerSession {
       if (this.channel === socket) this.channel = undefined;
       socket.destroy();
     }
+  }
+
+  /** How long the scheduler has sent nothing on the sync channel, in ms (0 before the first channel). */
+  silentMs(): number {
+    return this.heardAt === undefined ? 0 : performance.now() - this.heardAt;
   }
 
   private async register(): Promise<void> {

@@ -24,7 +24,12 @@
  *   rack stripe) and the others take it from there, so each piece crosses a rack's uplink about
  *   once (100 hosts in 2, 5, 10 racks, the scheduler lost at 3 s: 47.6, 36.8, 23.5 s -> 11.7, 12.4,
  *   12.9 s); an idle host takes one such piece from another rack all the same, so a rack-mate that
- *   is gone stalls nothing.
+ *   is gone stalls nothing;
+ * - in ring mode (ring-plan.ts) the pushes go on without a scheduler, so a member fed by a ring
+ *   parent whose feed still delivers fetches only blocked pieces (its fetches would race the pushes
+ *   for its link and read the origin a second time), and a host at the head of a chain reads every
+ *   piece nobody holds from the origin, its stripe or not: the chain behind it lives on its reads
+ *   (`FallbackView.ring`, `ringFeedDelivers`).
  */
 
 import type { Random } from './random.js';
@@ -64,6 +69,31 @@ export interface FallbackView<P> {
    * count === index`, its place among its rack-mates, itself included). Absent: no racks.
    */
   rackStripe?: { index: number; count: number };
+  /**
+   * Ring mode: `fed`, a ring parent's feed delivers to this host (`ringFeedDelivers`): only blocked
+   * pieces are fetched; `head`, this host has no ring parent and feeds a child: no stripe, every
+   * piece nobody holds is its to read from the origin.
+   */
+  ring?: { fed: boolean; head: boolean };
+}
+
+/**
+ * A ring feed that is open counts as delivering while it pushed a piece in the last
+ * FALLBACK_FEED_QUIET_MS, or the member has been on its own for less than that (the chain's head
+ * needs a moment to start reading the origin itself). A parent that is stuck with the connection
+ * open then holds its child back this long, and no longer.
+ */
+export const FALLBACK_FEED_QUIET_MS = 3000;
+
+/** Whether a ring feed counts as delivering (see FALLBACK_FEED_QUIET_MS); times in ms, any clock. */
+export function ringFeedDelivers(
+  feedOpen: boolean,
+  lastPushMs: number | undefined,
+  onOwnSinceMs: number,
+  nowMs: number,
+): boolean {
+  if (!feedOpen) return false;
+  return nowMs - Math.max(lastPushMs ?? onOwnSinceMs, onOwnSinceMs) < FALLBACK_FEED_QUIET_MS;
 }
 
 export interface FallbackLimits {
@@ -160,6 +190,8 @@ export function pickFallbackFetches<P>(
     if (holders.length > 0) fromPeer(piece, holders);
     else if (originReads < limits.originReadsMax) fromOrigin(piece);
   }
+  // Every other piece comes with the ring parent's pushes.
+  if (view.ring?.fed === true) return picks;
   // Pieces are drawn at random among the wanted ones: by rejection while most are wanted (no pass
   // over every piece per call), from a list of the rest once few are left.
   const tried = new Set<number>();
@@ -178,8 +210,8 @@ export function pickFallbackFetches<P>(
   };
   /** Pieces nobody known holds, outside this host's stripe: read only when there is nothing else. */
   const elsewhere: number[] = [];
-  const mine = (piece: number): boolean =>
-    view.stripe === undefined || piece % view.stripe.count === view.stripe.index;
+  const stripe = view.ring?.head === true ? undefined : view.stripe;
+  const mine = (piece: number): boolean => stripe === undefined || piece % stripe.count === stripe.index;
   const rackStripe = view.rackStripe;
   const mineToBringIn = (piece: number): boolean =>
     rackStripe === undefined || piece % rackStripe.count === rackStripe.index;

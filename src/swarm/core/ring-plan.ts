@@ -141,6 +141,12 @@ export class RingPlan {
     return this.cutHosts.has(host);
   }
 
+  /** In a chain: whether `host` is its chain's first member (the one that reads the origin). */
+  isHead(host: HostId): boolean {
+    const ring = this.ringOfHost.get(host);
+    return this.chain && ring !== undefined && this.rings.get(ring)?.[0] === host;
+  }
+
   /**
    * Makes `host` a member of the first ring with room, or of a new ring; returns the ring. Each
    * ring is its own cycle; a piece enters each ring once (from the origin, or from a host outside

@@ -235,9 +235,15 @@ export class SwarmService {
       assignments: entry.outbox.splice(0),
       cancellations: entry.cancels.splice(0),
       ...(changed ? this.peersFor(entry) : {}),
-      ...(ringNews === undefined ? {} : { ring: ringNews === '' ? {} : { parent: ringNews } }),
+      ...(ringNews === undefined ? {} : { ring: this.ringReply(entry, ringNews) }),
     };
     return reply;
+  }
+
+  /** Ring news for a reply: the parent's URL, or none, and then whether the host heads a chain. */
+  private ringReply(entry: HostEntry, news: string): NonNullable<SyncReply['ring']> {
+    if (news !== '') return { parent: news };
+    return this.ring?.isHead(entry.id) === true ? { head: true } : {};
   }
 
   /** Parks a sync until there is work for it (or `leave`/timeout); `wake` answers it. */

@@ -133,9 +133,10 @@ export const syncReplySchema = s.object({
   rackPeers: s.optional(s.count(1024)),
   /**
    * Ring mode: this host's ring parent changed; subscribe to `parent` (a base URL), or, without it,
-   * to nobody. Absent: unchanged.
+   * to nobody; `head`: without a parent, this host heads a chain (it reads the origin for the
+   * chain, on its own too if the scheduler goes quiet). Absent: unchanged.
    */
-  ring: s.optional(s.object({ parent: s.optional(s.string({ max: 2048 })) })),
+  ring: s.optional(s.object({ parent: s.optional(s.string({ max: 2048 })), head: s.optional(s.boolean()) })),
 });
 export type SyncReply = s.Infer<typeof syncReplySchema>;
 
