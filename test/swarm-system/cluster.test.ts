@@ -280,6 +280,28 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a chain headed by an agent that pushes corrupt bytes: it goes to the tail, and every copy is still exact', async () => {
+    await withCluster(
+      'chain-corrupt-head',
+      { hosts: 4, hostMbps: 24, originMbps: 24, corruptAgents: [0], schedulerArgs: ['--ring-chain'] },
+      async (cluster) => {
+        const started = performance.now();
+        // One at a time: agent 0 heads the chain.
+        for (const i of all(4)) await cluster.join(i);
+        await cluster.waitComplete(all(4), started, 60_000);
+        await assertCopies(cluster, all(4));
+        const statuses = await Promise.all(all(4).map((i) => cluster.status(i)));
+        const caught = statuses.reduce((sum, s) => sum + s.corruptPieces, 0);
+        assert.ok(caught > 0, 'no corrupt piece was ever pushed, so the test proves nothing');
+        const status = await cluster.schedulerStatus();
+        // The liar went to the tail (fed, feeding nobody); no honest link was cut.
+        assert.deepEqual(status.ring, { members: 4, fed: 3, cut: 0 });
+        const origin = statuses.reduce((sum, s) => sum + s.originBytes, 0);
+        assert.ok(origin <= 1.25 * size, `the origin sent ${origin / size} x S`);
+      },
+    );
+  });
+
   it('ring mode: a ring parent that pushes corrupt bytes is cut out, and every copy is still exact', async () => {
     await withCluster(
       'ring-corrupt',

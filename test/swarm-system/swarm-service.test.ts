@@ -454,6 +454,39 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.deepEqual(ring.takeReply(r0).ring, {}, 'alone in a ring: no parent, and no head');
   });
 
+  it('in a chain, a corrupt piece passed on: the reports in either order close over the host it came from', () => {
+    const service = ringService(true);
+    const [a, b, c, d] = fourHosts(service, 'x');
+    // x0 -> x1 -> x2 -> x3; x0 pushed a corrupt piece, x1 passed it on as it arrived, and x2's
+    // report came in first: x1 goes to the tail (x0 -> x2 -> x3 -> x1).
+    feedLost(service, 10, c, 'x1', 'piece 3 pushed by the ring parent does not match');
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/x0');
+    assert.equal(parentOf(service, b), 'http://127.0.0.1:1/x3');
+    // Then x1's own report, about x0 (its parent before it moved): x0 goes to the tail instead.
+    feedLost(service, 10.4, b, 'x0', 'piece 3 pushed by the ring parent does not match');
+    assert.deepEqual(service.takeReply(c).ring, { head: true }, 'x2 heads the chain');
+    assert.equal(parentOf(service, a), 'http://127.0.0.1:1/x1', 'x0 is at the tail');
+    assert.equal(parentOf(service, d), null, 'x3 keeps x2');
+    assert.deepEqual(service.status().ring, { members: 4, fed: 3, cut: 0 });
+  });
+
+  it('in a ring, the same two reports in that order: the host put out comes back, the one it named leaves', () => {
+    const service = ringService();
+    const [a, b, c] = fourHosts(service, 'y');
+    // y0 -> y1 -> y2 -> y3 -> y0; y2 reports y1 first: y1 leaves the ring.
+    feedLost(service, 10, c, 'y1', 'corrupt');
+    assert.equal(service.core.isRingFed(b), false);
+    service.takeReply(b);
+    // y1's report about y0 follows: y1 comes back, y0 leaves.
+    feedLost(service, 10.2, b, 'y0', 'corrupt');
+    assert.equal(service.core.isRingFed(a), false, 'y0 is planned per piece');
+    assert.equal(parentOf(service, a), undefined, 'and told it has no ring parent');
+    assert.equal(service.core.isRingFed(b), true, 'y1 is back in the ring');
+    assert.equal(parentOf(service, b), 'http://127.0.0.1:1/y3');
+    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/y1');
+    assert.deepEqual(service.status().ring, { members: 3, fed: 3, cut: 0 });
+  });
+
   it('cuts a host whose ring link stalled: it is planned per piece again', () => {
     const service = ringService();
     const [a, b, c] = ['t0', 't1', 't2'].map((name) => register(service, 0, name)) as [

@@ -81,6 +81,8 @@ export class SwarmService {
   private readonly ringEvicted = new Set<string>();
   /** Ring mode: when each host (by name) last reported its feed lost. */
   private readonly ringReportedMs = new Map<string, number>();
+  /** Ring mode: hosts (by name) just put out of their place by a report, when and by whom. */
+  private readonly ringBlamed = new Map<string, { atMs: number; by: string }>();
 
   constructor(
     readonly model: string,
@@ -358,13 +360,24 @@ export class SwarmService {
    * fault is not known, so a host gets this once; a second failure cuts the host itself out (a liar
    * cannot strip its ring of parents). A report about a parent since replaced changes nothing, nor
    * one about a parent whose own feed just failed (RING_PASSED_ON_MS).
+   *
+   * The two reports of a piece passed on as it arrived may come in either order. When the parent's
+   * own report comes second, it names the parent it had before the first report moved it: that one
+   * is closed over now, and the first reporter is forgiven (its strike void; in a ring the host it
+   * put out comes back).
    */
   private ringLost(nowMs: number, entry: HostEntry, parentUrl: string | undefined): void {
     const ring = this.ring;
     if (ring === undefined) return;
     const parent = ring.parentOf(entry.id);
     const parentEntry = parent === NO_PARENT ? undefined : this.hosts.get(parent);
-    if (parentEntry === undefined || (parentUrl !== undefined && parentUrl !== parentEntry.url)) return;
+    const blamed = this.ringBlamed.get(entry.name);
+    this.ringBlamed.delete(entry.name);
+    if (parentEntry === undefined || (parentUrl !== undefined && parentUrl !== parentEntry.url)) {
+      if (blamed !== undefined && nowMs - blamed.atMs <= RING_PASSED_ON_MS && parentUrl !== undefined)
+        this.ringBlamedWrongly(nowMs, entry, blamed.by, parentUrl);
+      return;
+    }
     const reportedMs = this.ringReportedMs.get(parentEntry.name);
     this.ringReportedMs.set(entry.name, nowMs);
     if (reportedMs !== undefined && nowMs - reportedMs <= RING_PASSED_ON_MS) {
@@ -377,17 +390,45 @@ export class SwarmService {
       ring.cut(entry.id);
     } else {
       this.ringEvictors.add(entry.name);
-      ring.leave(nowMs, parent);
-      if (this.options.ringChain === true) {
-        // In a chain the parent goes to the tail: it still gets every piece pushed, and feeds
-        // nobody (planned per piece instead, it took uploads from the chain: 17-21 s instead of 13).
-        ring.join(nowMs, parent);
-      } else {
-        // Out of the ring: no parent to subscribe to, planned per piece like a cut host.
-        this.ringEvicted.add(parentEntry.name);
-        this.core.setRing(nowMs, parent, -1, false);
-        this.tellRing(parentEntry, '');
-      }
+      this.ringBlamed.set(parentEntry.name, { atMs: nowMs, by: entry.name });
+      this.closeOver(nowMs, parent, parentEntry);
+    }
+    this.applyRing(nowMs);
+  }
+
+  /** Ring mode: `parent` leaves its place; in a chain it goes to the tail, in a ring out for good. */
+  private closeOver(nowMs: number, parent: number, parentEntry: HostEntry): void {
+    const ring = this.ring as RingPlan;
+    ring.leave(nowMs, parent);
+    if (this.options.ringChain === true) {
+      // In a chain the parent goes to the tail: it still gets every piece pushed, and feeds
+      // nobody (planned per piece instead, it took uploads from the chain: 17-21 s instead of 13).
+      ring.join(nowMs, parent);
+    } else {
+      // Out of the ring: no parent to subscribe to, planned per piece like a cut host.
+      this.ringEvicted.add(parentEntry.name);
+      this.core.setRing(nowMs, parent, -1, false);
+      this.tellRing(parentEntry, '');
+    }
+  }
+
+  /**
+   * Ring mode: `entry` was put out of its place by `by`'s report a moment ago, and now reports its
+   * own feed from `parentUrl` (its parent then) failed: the piece `by` found corrupt came from
+   * there. `by` is forgiven, `entry` readmitted to a ring it left, and the real parent closed over
+   * (once per reporter, as any report).
+   */
+  private ringBlamedWrongly(nowMs: number, entry: HostEntry, by: string, parentUrl: string): void {
+    const ring = this.ring as RingPlan;
+    this.ringEvictors.delete(by);
+    if (this.ringEvicted.delete(entry.name)) ring.join(nowMs, entry.id);
+    this.ringReportedMs.set(entry.name, nowMs);
+    let culprit: HostEntry | undefined;
+    for (const other of this.hosts.values()) if (other.url === parentUrl) culprit = other;
+    if (this.ringEvictors.has(entry.name)) ring.cut(entry.id);
+    else if (culprit !== undefined && ring.has(culprit.id)) {
+      this.ringEvictors.add(entry.name);
+      this.closeOver(nowMs, culprit.id, culprit);
     }
     this.applyRing(nowMs);
   }
