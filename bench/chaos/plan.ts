@@ -42,7 +42,7 @@ export interface ChaosOptions {
   work: string;
   loopback: boolean;
   keep: boolean;
-  /** The scheduler's ring mode flags (`--ring-push`, `--ring-chain`), none by default. */
+  /** The scheduler's planning flag (`--per-piece`, `--ring-push`, `--ring-chain`), none by default. */
   ring: string[];
 }
 
@@ -56,7 +56,7 @@ export const CHAOS_USAGE = [
   "  --seed K (1: the synthetic model's values and which hosts each fault hits)",
   `  --rows R,R,... (all: ${ROWS.join(',')}; none, the fault-free reference, always runs first)`,
   '  --work DIR (the temp dir)  --loopback (127.0.0.1 even as root)  --keep (keep the logs and copies)',
-  '  --ring-push, --ring-chain (the scheduler in ring mode, as chains: the faults against ring mode)',
+  '  --per-piece, --ring-push, --ring-chain (how the scheduler plans; default its own: one chain while it is short enough for the model)',
 ].join('\n');
 
 export function parseChaosOptions(argv: readonly string[], defaultWork: string): ChaosOptions | 'help' {
@@ -73,6 +73,7 @@ export function parseChaosOptions(argv: readonly string[], defaultWork: string):
       keep: { type: 'boolean', default: false },
       'ring-push': { type: 'boolean', default: false },
       'ring-chain': { type: 'boolean', default: false },
+      'per-piece': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -88,7 +89,13 @@ export function parseChaosOptions(argv: readonly string[], defaultWork: string):
     work: values.work,
     loopback: values.loopback,
     keep: values.keep,
-    ring: values['ring-chain'] ? ['--ring-chain'] : values['ring-push'] ? ['--ring-push'] : [],
+    ring: values['per-piece']
+      ? ['--per-piece']
+      : values['ring-chain']
+        ? ['--ring-chain']
+        : values['ring-push']
+          ? ['--ring-push']
+          : [],
   };
 }
 

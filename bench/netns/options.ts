@@ -91,6 +91,8 @@ export interface Options {
   /** Ring mode (`--ring-push`) for the scheduler and the simulator; `--ring-chain` for chains. */
   ringPush: boolean;
   ringChain: boolean;
+  /** `--per-piece` for the scheduler and the simulator (their default: a chain while it is short enough). */
+  perPiece: boolean;
   /** Pieces per transfer unit (`--transfer-unit`); undefined: the scheduler's own choice. */
   transferUnit: number | undefined;
   /** The testbed links' MTU (netns only). */
@@ -137,7 +139,7 @@ export const USAGE = [
   "  --origin-readers K  --ring-parents K (the scheduler's defaults; the simulator is given the same)",
   "  --downloads K  --uploads K (pieces per host at once; the scheduler's default)",
   "  --hedge-tail N (each host's last N pieces may be hedged; the scheduler's default)",
-  '  --ring-push (ring mode, experimental: the scheduler and the simulator both run it); --ring-chain: as chains (implies --ring-push)',
+  '  --per-piece, --ring-push, --ring-chain (how the scheduler and the simulator plan: per piece, rings, always one chain; default theirs: one chain while it is short enough for the model)',
   "  --transfer-unit N|auto (pieces per transfer; auto: the scheduler's choice, the simulator moves units as pieces)",
   `  --legs L,L,... (${LEGS_DEFAULT.join(',')}; all: ${LEGS.join(',')})`,
   '      naive: every host pulls from the origin; swarm: the user flow, each host starting `weightcast agent`',
@@ -181,6 +183,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       'hedge-tail': { type: 'string' },
       'ring-push': { type: 'boolean', default: false },
       'ring-chain': { type: 'boolean', default: false },
+      'per-piece': { type: 'boolean', default: false },
       'transfer-unit': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
@@ -234,6 +237,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     hedgeTail: values['hedge-tail'] === undefined ? undefined : parseHedgeTail(values['hedge-tail']),
     ringPush: values['ring-push'] === true || values['ring-chain'] === true,
     ringChain: values['ring-chain'] === true,
+    perPiece: values['per-piece'] === true,
     transferUnit: transferUnit(values['transfer-unit']),
   };
 }
@@ -275,6 +279,7 @@ export function schedulingFlags(options: Options): string[] {
   return [
     ...(options.ringPush ? ['--ring-push'] : []),
     ...(options.ringChain ? ['--ring-chain'] : []),
+    ...(options.perPiece ? ['--per-piece'] : []),
     ...(options.downloads === undefined ? [] : ['--downloads', String(options.downloads)]),
     ...(options.uploads === undefined ? [] : ['--uploads', String(options.uploads)]),
     ...(options.hedgeTail === undefined ? [] : ['--hedge-tail', String(options.hedgeTail)]),

@@ -5,6 +5,7 @@ import type { Manifest } from '../../src/manifest/manifest.js';
 import { merkleRoot } from '../../src/manifest/merkle.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, coreConfig } from '../../src/swarm/scheduler/swarm-service.js';
+import { CHAIN_HOP_LAG_BYTES, autoChainMembersMax } from '../../src/swarm/core/ring-plan.js';
 import { encodeBitfield, type Report, type WireAssignment } from '../../src/swarm/wire/protocol.js';
 
 function fakeManifest(pieces: number, pieceSize = 65536): Manifest {
@@ -504,5 +505,51 @@ describe('SwarmService in ring mode (fake time)', () => {
     }
     assert.equal(service.core.isRingFed(c), false, 'the stalled link was cut');
     assert.ok(now >= 2000, `cut at ${now} ms, before the stall time`);
+  });
+});
+
+describe('SwarmService by default (auto: one chain while it is short enough)', () => {
+  const PIECE = 1024 * 1024;
+  const autoService = (pieces: number): SwarmService =>
+    new SwarmService('ef'.repeat(32), new PieceMap(fakeManifest(pieces, PIECE)), {
+      ...SWARM_SERVICE_DEFAULTS,
+      ringAuto: true,
+    });
+
+  it('the rule: a chain of n costs n x CHAIN_HOP_LAG_BYTES of the model, 3 % at most', () => {
+    assert.equal(autoChainMembersMax(256 * 1024 * 1024), 15);
+    assert.equal(autoChainMembersMax(10e9), 572);
+    assert.equal(autoChainMembersMax(10 * CHAIN_HOP_LAG_BYTES), 0);
+  });
+
+  it('a model too small for a chain of two is planned per piece', () => {
+    const service = autoService(8);
+    const host = register(service, 0, 'z0');
+    assert.equal(service.takeReply(host).ring, undefined, 'no ring news: not in ring mode');
+    assert.equal(service.status().ring, undefined);
+  });
+
+  it('hosts form one chain up to the limit; the next host turns the whole swarm per piece', () => {
+    // 120 MiB: a chain of 7 at most (0.03 x 120 MiB / 512 KiB = 7.2).
+    const pieces = 120;
+    const max = autoChainMembersMax(pieces * PIECE);
+    const service = autoService(pieces);
+    const hosts = Array.from({ length: max }, (_, i) => register(service, i, `a${i}`));
+    assert.deepEqual(service.takeReply(hosts[0]!).ring, { head: true });
+    for (let i = 1; i < max; i++) {
+      assert.deepEqual(service.takeReply(hosts[i]!).ring, { parent: `http://127.0.0.1:1/a${i - 1}` });
+      assert.equal(service.core.isRingFed(hosts[i]!), true);
+    }
+    assert.deepEqual(service.status().ring, { members: max, fed: max - 1, cut: 0 });
+    const late = register(service, max, `a${max}`);
+    assert.equal(service.takeReply(late).ring, undefined, 'the newcomer is in no chain');
+    for (const host of hosts) {
+      assert.deepEqual(service.takeReply(host).ring, {}, 'every member is told it has no parent');
+      assert.equal(service.core.isRingFed(host), false, 'and is planned per piece');
+    }
+    assert.deepEqual(service.status().ring, { members: 0, fed: 0, cut: 0 });
+    // For good: a host that comes later stays out too.
+    const later = register(service, max + 1, 'b0');
+    assert.equal(service.takeReply(later).ring, undefined);
   });
 });

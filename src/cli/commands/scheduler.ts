@@ -24,6 +24,7 @@ export interface SchedulerFlags extends AccessFlags, ServerLimitFlags {
   transferUnit: string;
   ringPush?: boolean;
   ringChain?: boolean;
+  perPiece?: boolean;
   catalog?: string;
   json?: boolean;
 }
@@ -52,8 +53,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
       randomSeed: parsePositiveInt(flags.seed, '--seed'),
       ringParents: parseRingParents(flags.ringParents),
       transferUnitPieces: parseTransferUnit(flags.transferUnit),
-      ...(flags.ringPush === true || flags.ringChain === true ? { ringPush: true } : {}),
-      ...(flags.ringChain === true ? { ringChain: true } : {}),
+      ...planFlags(flags),
       limits: serverLimitsFromFlags(flags),
       onEvent: (event) => {
         if (json) io.stdout(JSON.stringify({ event: event.type, ...event }) + '\n');
@@ -89,4 +89,20 @@ async function openCatalog(dir: string): Promise<{ store: CatalogStore; routes: 
   ]);
   const store = await CatalogStore.open(dir);
   return { store, routes: catalogRoutes(store) };
+}
+
+/**
+ * How the scheduler plans: `--per-piece`, `--ring-push` (rings), `--ring-chain` (always one chain),
+ * or by default one chain while the swarm is short enough for the model (SwarmServiceOptions.ringAuto).
+ */
+function planFlags(flags: SchedulerFlags): { ringPush?: true; ringChain?: true; ringAuto?: true } {
+  if (flags.perPiece === true && (flags.ringPush === true || flags.ringChain === true))
+    throw new WeightcastError(
+      'USAGE',
+      '--per-piece plans without rings or chains: drop --ring-push and --ring-chain',
+    );
+  if (flags.perPiece === true) return {};
+  if (flags.ringChain === true) return { ringPush: true, ringChain: true };
+  if (flags.ringPush === true) return { ringPush: true };
+  return { ringAuto: true };
 }

@@ -1,6 +1,7 @@
 /** `weightcast sim`: the swarm scheduling core in the deterministic simulator, against the fluid bound. */
 
 import { simulate, type SimOptions, type SimResult } from '../../sim/simulate.js';
+import { autoChainMembersMax } from '../../swarm/core/ring-plan.js';
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { parseHedgeTail, parseRingParents } from '../swarm-flags.js';
 import { EXIT_FAILURE, reportError, type CliIo } from '../io.js';
@@ -27,6 +28,7 @@ export interface SimFlags {
   ringParents: string;
   ringPush?: boolean;
   ringChain?: boolean;
+  perPiece?: boolean;
   ringMembers?: string;
   ringStoreForward?: boolean;
   json?: boolean;
@@ -87,6 +89,27 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
       ? {}
       : { schedulerLossAtMs: numberFlag(flags.schedulerLossS, '--scheduler-loss-s', 0) * 1000 }),
   };
+  if (flags.perPiece === true && options.ringPush === true)
+    throw new WeightcastError(
+      'USAGE',
+      '--per-piece plans without rings or chains: drop --ring-push and --ring-chain',
+    );
+  // The scheduler's default: one chain while the swarm is short enough for the model
+  // (autoChainMembersMax); the hosts here all join at the start. Adversaries and a lost
+  // scheduler are simulated per piece only, so they keep it per piece.
+  const chainMembersMax = autoChainMembersMax(options.totalBytes);
+  if (
+    flags.perPiece !== true &&
+    options.ringPush !== true &&
+    hosts >= 2 &&
+    hosts <= chainMembersMax &&
+    (options.liarHosts ?? 0) === 0 &&
+    (options.corruptHosts ?? 0) === 0 &&
+    options.schedulerLossAtMs === undefined
+  ) {
+    options.ringPush = true;
+    options.ringChain = true;
+  }
   if (options.failHosts >= hosts)
     throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
   if (options.failHosts + (options.liarHosts ?? 0) + (options.corruptHosts ?? 0) >= hosts)
@@ -141,6 +164,7 @@ function describe(options: SimOptions, result: SimResult, wallSeconds: number): 
       (options.rackUplinkBytesPerSecond > 0
         ? ` with ${((options.rackUplinkBytesPerSecond * 8) / 1e6).toFixed(0)} Mbit/s uplinks`
         : ''),
+    `plan          ${options.ringChain === true ? 'one chain' : options.ringPush === true ? 'rings' : 'per piece'}`,
     `T_last        ${formatSeconds(result.tLastMs / 1000)}${result.incomplete ? '  (INCOMPLETE: not every host finished)' : ''}`,
     `T_lb          ${formatSeconds(result.tLowerBoundMs / 1000)}`,
     `efficiency    ${result.efficiency.toFixed(3)}`,

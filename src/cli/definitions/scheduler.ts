@@ -38,8 +38,9 @@ export const registerScheduler: RegisterCommand = (program, io, setExitCode) => 
   hedgeTailOption(command, SWARM_SERVICE_DEFAULTS.hedgeTailPieces)
     .option(
       '--ring-chain',
-      'ring mode as chains: each ring’s first host takes the model from the origin (implies --ring-push)',
+      'always one chain, however many hosts (by default: one chain while the swarm is short enough for the model, else per piece)',
     )
+    .option('--per-piece', 'plan every piece for every host, never a chain')
     .option(
       '--ring-push',
       'ring mode (experimental): hosts form rings of up to 16 and push each piece on to the next, with no request or report per piece',

@@ -48,8 +48,9 @@ export const registerSim: RegisterCommand = (program, io, setExitCode) => {
     )
     .option(
       '--ring-chain',
-      'ring mode as chains: each ring’s first host takes the model from the origin (implies --ring-push)',
+      'always one chain, however many hosts (by default, as the scheduler: one chain while the swarm is short enough for the model, else per piece)',
     )
+    .option('--per-piece', 'plan every piece for every host, never a chain')
     .option(
       '--ring-members <n>',
       `ring mode: hosts in one ring (default ${RING_MEMBERS_MAX_DEFAULT}) or chain (default: all, one chain) at most`,

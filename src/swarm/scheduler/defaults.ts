@@ -33,6 +33,12 @@ export interface SwarmServiceOptions {
   ringPush?: boolean;
   /** Ring mode as chains (`--ring-chain`): each ring's head takes the model per piece, the rest are fed. */
   ringChain?: boolean;
+  /**
+   * The scheduler's default: one chain while the swarm is short enough (ring-plan.ts
+   * `autoChainMembersMax`), per piece for every host once it grows past that, and for a model too
+   * small for a chain of two. Overrides ringPush and ringChain.
+   */
+  ringAuto?: boolean;
 }
 
 export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {

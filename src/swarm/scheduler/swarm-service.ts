@@ -12,7 +12,13 @@
 
 import { WeightcastError } from '../../errors.js';
 import { ORIGIN, SwarmCore, type Assignment, type SwarmConfig } from '../core/index.js';
-import { NO_PARENT, RING_STALL_MS_DEFAULT, RingPlan, ringOriginReaders } from '../core/ring-plan.js';
+import {
+  NO_PARENT,
+  RING_STALL_MS_DEFAULT,
+  RingPlan,
+  autoChainMembersMax,
+  ringOriginReaders,
+} from '../core/ring-plan.js';
 import type { PieceMap } from '../../piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, type SwarmServiceOptions } from './defaults.js';
 import { TRANSFER_UNIT_BYTES_DEFAULT, TransferUnits, unitPiecesFor } from './transfer-units.js';
@@ -84,11 +90,25 @@ export class SwarmService {
   /** Ring mode: hosts (by name) just put out of their place by a report, when and by whom. */
   private readonly ringBlamed = new Map<string, { atMs: number; by: string }>();
 
+  /** Auto mode: the chain's length at most (past it the chain is dissolved); undefined otherwise. */
+  private readonly chainAutoMax: number | undefined;
+  /** Auto mode: the swarm grew past one chain and went per piece for good. */
+  private ringDissolved = false;
+
   constructor(
     readonly model: string,
     readonly map: PieceMap,
     private readonly options: SwarmServiceOptions,
   ) {
+    if (options.ringAuto === true) {
+      const max = autoChainMembersMax(map.totalBytes);
+      const rest: SwarmServiceOptions = { ...options };
+      delete rest.ringPush;
+      delete rest.ringChain;
+      delete rest.ringAuto;
+      this.options = options = max >= 2 ? { ...rest, ringPush: true, ringChain: true } : rest;
+      this.chainAutoMax = max >= 2 ? max : undefined;
+    }
     this.units = new TransferUnits(
       map,
       options.ringPush === true
@@ -163,7 +183,10 @@ export class SwarmService {
       },
       held,
     );
-    if (!this.ringEvicted.has(message.name)) this.ring?.join(nowMs, id);
+    if (this.ring !== undefined && this.chainAutoMax !== undefined && !this.ringDissolved) {
+      if (this.ring.size >= this.chainAutoMax && !this.ring.has(id)) this.dissolveRing(nowMs);
+    }
+    if (!this.ringEvicted.has(message.name) && !this.ringDissolved) this.ring?.join(nowMs, id);
     this.applyRing(nowMs);
     this.distribute(nowMs);
     return {
@@ -394,6 +417,23 @@ export class SwarmService {
       this.closeOver(nowMs, parent, parentEntry);
     }
     this.applyRing(nowMs);
+  }
+
+  /**
+   * Auto mode: the swarm outgrew one chain (`autoChainMembersMax`): every member leaves it, told it
+   * has no parent, and is planned per piece from now on, as every host that comes later. The
+   * feeds end; what they had pushed stays held.
+   */
+  private dissolveRing(nowMs: number): void {
+    const ring = this.ring as RingPlan;
+    this.ringDissolved = true;
+    const members = ring.members();
+    for (const member of members) ring.leave(nowMs, member);
+    for (const member of members) {
+      this.core.setRing(nowMs, member, -1, false);
+      const entry = this.hosts.get(member);
+      if (entry !== undefined) this.tellRing(entry, '');
+    }
   }
 
   /** Ring mode: `parent` leaves its place; in a chain it goes to the tail, in a ring out for good. */
