@@ -215,6 +215,15 @@ test('a service URL that is not http(s) is a usage error before anything starts'
   }
 });
 
+test('scheduler --per-piece with --ring-chain or --ring-push is a usage error', async () => {
+  for (const other of ['--ring-chain', '--ring-push']) {
+    // A scheduler that wrongly started would serve until its signal: stop it so the test fails, not hangs.
+    const bad = memoryIo(AbortSignal.timeout(5000));
+    assert.equal(await runCli(['scheduler', '--port', '0', '--per-piece', other], bad), 2);
+    assert.match(bad.err.join(''), /--per-piece plans without rings or chains/);
+  }
+});
+
 test('scheduler --downloads sets how many pieces a host is given at once; 0 is a usage error', async () => {
   // A scheduler that wrongly started would serve until its signal: stop it so the test fails, not hangs.
   const bad = memoryIo(AbortSignal.timeout(5000));

@@ -39,7 +39,7 @@ test('by default every row runs, fault-free first, on 8 hosts at 200 Mbit/s with
   assert.deepEqual(options.ring, [], 'the scheduler plans per piece unless asked');
 });
 
-test('--ring-chain and --ring-push reach the scheduler; --ring-chain says both', () => {
+test('--per-piece, --ring-chain and --ring-push reach the scheduler; --ring-chain says both', () => {
   const flags = (argv: string[]): string[] => {
     const options = parseChaosOptions(argv, 'w');
     return options === 'help' ? [] : options.ring;
@@ -47,6 +47,8 @@ test('--ring-chain and --ring-push reach the scheduler; --ring-chain says both',
   assert.deepEqual(flags(['--ring-push']), ['--ring-push']);
   assert.deepEqual(flags(['--ring-chain']), ['--ring-chain']);
   assert.deepEqual(flags(['--ring-push', '--ring-chain']), ['--ring-chain']);
+  assert.deepEqual(flags(['--per-piece']), ['--per-piece']);
+  assert.deepEqual(flags([]), [], "by default the scheduler's own plan");
 });
 
 test('--rows keeps the run order and always adds the fault-free reference; unknown rows and too few hosts are refused', () => {

@@ -77,6 +77,12 @@ test('the simulator predicts the swarm the scheduler runs: the same origin reade
   assert.deepEqual(originReadersFlags(parse('--origin-readers', '8')), ['--origin-readers', '8']);
 });
 
+test('how to plan goes to the scheduler and the simulator alike; by default neither is told (theirs: a chain while short enough)', () => {
+  assert.deepEqual(schedulingFlags(parse()), []);
+  assert.deepEqual(schedulingFlags(parse('--per-piece')), ['--per-piece']);
+  assert.deepEqual(schedulingFlags(parse('--ring-chain')), ['--ring-push', '--ring-chain']);
+});
+
 test('--transfer-unit goes to the scheduler alone (the simulator is given the units as its pieces)', () => {
   assert.deepEqual(schedulingFlags(parse('--transfer-unit', '2')), []);
   assert.deepEqual(transferUnitFlags(parse()), []);

@@ -376,3 +376,38 @@ test('weightcast sim: --ring-members and --ring-store-forward need ring mode; a 
     assert.match(io.err.join(''), message);
   }
 });
+
+test('weightcast sim plans as the scheduler: one chain while the hosts fit the model (autoChainMembersMax), else per piece', async () => {
+  const plan = async (flags: string[]): Promise<string> => {
+    const io = memoryIo();
+    const code = await runCli(
+      [
+        'sim',
+        '--size-gb',
+        '0.268',
+        '--piece-mb',
+        '4',
+        '--host-mbps',
+        '10000',
+        '--origin-mbps',
+        '10000',
+        ...flags,
+      ],
+      io,
+    );
+    assert.equal(code, 0, io.err.join(''));
+    const line = io.out
+      .join('')
+      .split('\n')
+      .find((l) => l.startsWith('plan'));
+    return line?.replace(/^plan\s+/, '') ?? '';
+  };
+  // 0.268 GB: a chain of 15 at most.
+  assert.equal(await plan(['--hosts', '8']), 'one chain');
+  assert.equal(await plan(['--hosts', '16']), 'per piece');
+  assert.equal(await plan(['--hosts', '8', '--per-piece']), 'per piece');
+  assert.equal(await plan(['--hosts', '16', '--ring-chain']), 'one chain');
+  const io = memoryIo();
+  assert.equal(await runCli(['sim', '--hosts', '4', '--per-piece', '--ring-chain'], io), 2);
+  assert.match(io.err.join(''), /--per-piece plans without rings or chains/);
+});

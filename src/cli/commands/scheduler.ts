@@ -63,7 +63,7 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
               (event.unitPieces > 1
                 ? `, handed out in ${event.units} runs of up to ${event.unitPieces}`
                 : '') +
-              '\n',
+              `; planned ${event.plan}\n`,
           );
         else if (event.type === 'host-registered')
           io.stdout(`host ${event.host} (${event.name}) registered holding ${event.held} pieces\n`);

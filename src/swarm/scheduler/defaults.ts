@@ -53,4 +53,6 @@ export const SWARM_SERVICE_DEFAULTS: SwarmServiceOptions = {
   transferUnitPieces: undefined,
   ringPush: false,
   ringChain: false,
+  // The library plans per piece unless asked; `weightcast scheduler` asks for auto unless told otherwise.
+  ringAuto: false,
 };

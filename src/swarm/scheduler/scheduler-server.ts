@@ -54,7 +54,16 @@ const SCHEDULER_LIMIT_DEFAULTS = {
 };
 
 export type SchedulerEvent =
-  | { type: 'swarm-created'; model: string; pieces: number; bytes: number; units: number; unitPieces: number }
+  | {
+      type: 'swarm-created';
+      model: string;
+      pieces: number;
+      bytes: number;
+      units: number;
+      unitPieces: number;
+      /** How the swarm is planned (SwarmService.plan). */
+      plan: string;
+    }
   | { type: 'host-registered'; model: string; host: number; name: string; held: number }
   | { type: 'host-left'; model: string; host: number };
 
@@ -180,6 +189,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
         bytes: map.totalBytes,
         units: swarm.units.count,
         unitPieces: swarm.units.unitPieces,
+        plan: swarm.plan,
       });
     }
     if (swarm.hostCount >= hostsMax)

@@ -123,6 +123,16 @@ export class SwarmService {
         : undefined;
   }
 
+  /** How this swarm is planned, for the scheduler's log: per piece, rings, or a chain (up to how many hosts). */
+  get plan(): string {
+    if (this.ring === undefined) return 'per piece';
+    if (this.options.ringChain !== true) return 'rings';
+    if (this.chainAutoMax === undefined) return 'one chain';
+    return this.ringDissolved
+      ? 'per piece (outgrew one chain)'
+      : `one chain up to ${this.chainAutoMax} hosts, then per piece`;
+  }
+
   get hostCount(): number {
     return this.hosts.size;
   }
