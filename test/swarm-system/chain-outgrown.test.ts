@@ -83,6 +83,10 @@ it('by default two hosts form a chain; a third turns all three per piece mid-run
       status.transfersVerified > manifest.files.reduce((sum, file) => sum + file.pieces.length, 0),
       `${status.transfersVerified} transfers planned`,
     );
+    // The scheduler said so, both times.
+    const said = cluster.scheduler.lines.join('\n');
+    assert.match(said, /planned one chain up to 2 hosts, then per piece/);
+    assert.match(said, /planned per piece \(outgrew one chain\) from now on/);
     const statuses = await Promise.all([0, 1, 2].map((i) => cluster.status(i)));
     const origin = statuses.reduce((sum, s) => sum + s.originBytes, 0);
     assert.ok(origin <= 1.25 * size, `the origin sent ${origin / size} x S`);

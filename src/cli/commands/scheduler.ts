@@ -65,6 +65,8 @@ export async function schedulerCommand(flags: SchedulerFlags, io: CliIo): Promis
                 : '') +
               `; planned ${event.plan}\n`,
           );
+        else if (event.type === 'swarm-replanned')
+          io.stdout(`swarm for model ${event.model.slice(0, 16)}: planned ${event.plan} from now on\n`);
         else if (event.type === 'host-registered')
           io.stdout(`host ${event.host} (${event.name}) registered holding ${event.held} pieces\n`);
         else io.stdout(`host ${event.host} left\n`);

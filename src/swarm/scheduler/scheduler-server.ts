@@ -65,7 +65,8 @@ export type SchedulerEvent =
       plan: string;
     }
   | { type: 'host-registered'; model: string; host: number; name: string; held: number }
-  | { type: 'host-left'; model: string; host: number };
+  | { type: 'host-left'; model: string; host: number }
+  | { type: 'swarm-replanned'; model: string; plan: string };
 
 export interface SchedulerServer {
   url: string;
@@ -194,6 +195,7 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
     }
     if (swarm.hostCount >= hostsMax)
       throw new WeightcastError('SWARM_BUSY', `the swarm already has ${hostsMax} hosts`);
+    const planned = swarm.plan;
     const registered = swarm.register(now(), message);
     options.onEvent?.({
       type: 'host-registered',
@@ -202,6 +204,8 @@ export async function startScheduler(options: SchedulerOptions = {}): Promise<Sc
       name: message.name,
       held: swarm.core.heldCount(registered.host),
     });
+    // A swarm that outgrew its chain goes per piece: worth a line of its own.
+    if (swarm.plan !== planned) options.onEvent?.({ type: 'swarm-replanned', model, plan: swarm.plan });
     sendJson(res, 200, registered);
   };
 
