@@ -36,6 +36,18 @@ function register(
   }).host;
 }
 
+/** Registers `name` and returns the ring news its registration's answer carried (undefined: none). */
+function registerRing(service: SwarmService, now: number, name: string): [number, unknown] {
+  const reply = service.register(now, {
+    name,
+    url: `http://127.0.0.1:1/${name}`,
+    uploadBytesPerSecond: 1e8,
+    downloadBytesPerSecond: 1e8,
+    have: encodeBitfield(service.map.pieceCount, () => false),
+  });
+  return [reply.host, reply.ring];
+}
+
 describe('SwarmService (scheduler shell, fake time)', () => {
   it('drives hosts to completion with the origin sending each piece about once and no transfer left open', () => {
     const seed = 7;
@@ -377,14 +389,16 @@ describe('SwarmService in ring mode (fake time)', () => {
 
   it('tells each host its ring parent, bridges a host that leaves, and counts pushed pieces', () => {
     const service = ringService();
-    const [a, b, c] = ['r0', 'r1', 'r2'].map((name) => register(service, 0, name)) as [
-      number,
-      number,
-      number,
-    ];
+    const [a] = registerRing(service, 0, 'r0');
+    const [b, bRing] = registerRing(service, 0, 'r1');
+    const [c, cRing] = registerRing(service, 0, 'r2');
+    // A newcomer's place comes with its registration's answer; a member whose parent changed later
+    // hears it in its next reply.
+    assert.deepEqual(bRing, { parent: 'http://127.0.0.1:1/r0' });
+    assert.deepEqual(cRing, { parent: 'http://127.0.0.1:1/r1' });
     assert.equal(parentOf(service, a), 'http://127.0.0.1:1/r2');
-    assert.equal(parentOf(service, b), 'http://127.0.0.1:1/r0');
-    assert.equal(parentOf(service, c), 'http://127.0.0.1:1/r1');
+    assert.equal(parentOf(service, b), null, 'told once');
+    assert.equal(parentOf(service, c), null);
     assert.equal(parentOf(service, a), null, 'told once');
     assert.ok(
       [a, b, c].every((host) => service.core.isRingFed(host)),
@@ -445,14 +459,16 @@ describe('SwarmService in ring mode (fake time)', () => {
 
   it("tells a chain's head that it heads it, and the next member once the head leaves; a ring has no head", () => {
     const service = ringService(true);
-    const [h0, h1] = ['v0', 'v1'].map((name) => register(service, 0, name)) as [number, number];
-    assert.deepEqual(service.takeReply(h0).ring, { head: true });
-    assert.deepEqual(service.takeReply(h1).ring, { parent: 'http://127.0.0.1:1/v0' });
+    const [h0, h0Ring] = registerRing(service, 0, 'v0');
+    const [h1, h1Ring] = registerRing(service, 0, 'v1');
+    assert.deepEqual(h0Ring, { head: true });
+    assert.deepEqual(h1Ring, { parent: 'http://127.0.0.1:1/v0' });
+    assert.equal(service.takeReply(h0).ring, undefined, 'v0 still heads it: no news');
     service.leave(5, h0);
     assert.deepEqual(service.takeReply(h1).ring, { head: true }, 'v1 heads the chain now');
     const ring = ringService();
-    const [r0] = ['w0'].map((name) => register(ring, 0, name)) as [number];
-    assert.deepEqual(ring.takeReply(r0).ring, {}, 'alone in a ring: no parent, and no head');
+    const [, r0Ring] = registerRing(ring, 0, 'w0');
+    assert.deepEqual(r0Ring, {}, 'alone in a ring: no parent, and no head');
   });
 
   it('in a chain, a corrupt piece passed on: the reports in either order close over the host it came from', () => {
@@ -534,22 +550,25 @@ describe('SwarmService by default (auto: one chain while it is short enough)', (
     const pieces = 120;
     const max = autoChainMembersMax(pieces * PIECE);
     const service = autoService(pieces);
-    const hosts = Array.from({ length: max }, (_, i) => register(service, i, `a${i}`));
-    assert.deepEqual(service.takeReply(hosts[0]!).ring, { head: true });
+    const joined = Array.from({ length: max }, (_, i) => registerRing(service, i, `a${i}`));
+    const hosts = joined.map(([host]) => host);
+    assert.deepEqual(joined[0]![1], { head: true });
     for (let i = 1; i < max; i++) {
-      assert.deepEqual(service.takeReply(hosts[i]!).ring, { parent: `http://127.0.0.1:1/a${i - 1}` });
+      assert.deepEqual(joined[i]![1], { parent: `http://127.0.0.1:1/a${i - 1}` });
       assert.equal(service.core.isRingFed(hosts[i]!), true);
     }
     assert.deepEqual(service.status().ring, { members: max, fed: max - 1, cut: 0 });
-    const late = register(service, max, `a${max}`);
-    assert.equal(service.takeReply(late).ring, undefined, 'the newcomer is in no chain');
+    const [late, lateRing] = registerRing(service, max, `a${max}`);
+    assert.equal(lateRing, undefined, 'the newcomer is in no chain');
+    assert.equal(service.takeReply(late).ring, undefined);
     for (const host of hosts) {
       assert.deepEqual(service.takeReply(host).ring, {}, 'every member is told it has no parent');
       assert.equal(service.core.isRingFed(host), false, 'and is planned per piece');
     }
     assert.deepEqual(service.status().ring, { members: 0, fed: 0, cut: 0 });
     // For good: a host that comes later stays out too.
-    const later = register(service, max + 1, 'b0');
+    const [later, laterRing] = registerRing(service, max + 1, 'b0');
+    assert.equal(laterRing, undefined);
     assert.equal(service.takeReply(later).ring, undefined);
   });
 });

@@ -411,9 +411,16 @@ export class SchedulerSession {
     this.schedulerDown = false;
     this.lastLoss = undefined;
     this.options.onRegistered(registered.host);
-    // The first transfers start now; their reports wait for the channel, which opens next.
-    if (registered.assignments !== undefined && registered.assignments.length > 0) {
-      this.options.onReply({ assignments: registered.assignments, cancellations: [] });
+    // The first transfers start now, and a ring feed opens; reports wait for the channel, which opens next.
+    if (
+      (registered.assignments !== undefined && registered.assignments.length > 0) ||
+      registered.ring !== undefined
+    ) {
+      this.options.onReply({
+        assignments: registered.assignments ?? [],
+        cancellations: [],
+        ...(registered.ring === undefined ? {} : { ring: registered.ring }),
+      });
     }
   }
 

@@ -199,11 +199,15 @@ export class SwarmService {
     if (!this.ringEvicted.has(message.name) && !this.ringDissolved) this.ring?.join(nowMs, id);
     this.applyRing(nowMs);
     this.distribute(nowMs);
+    // Ring news goes with the answer: the feed opens a round trip sooner than with the first sync.
+    const ringNews = entry.ringNews;
+    delete entry.ringNews;
     return {
       host: id,
       pieceCount: this.map.pieceCount,
       hostTimeoutMs: this.options.hostTimeoutMs,
       ...(message.assignmentsInReply === true ? { assignments: entry.outbox.splice(0) } : {}),
+      ...(ringNews === undefined ? {} : { ring: this.ringReply(entry, ringNews) }),
     };
   }
 

@@ -111,6 +111,16 @@ export const assignmentSchema = s.object({
 });
 export type WireAssignment = s.Infer<typeof assignmentSchema>;
 
+/**
+ * Ring mode: this host's ring parent (a base URL) to subscribe to, or, without it, none; `head`:
+ * without a parent, this host heads a chain (it reads the origin for the chain, on its own too if
+ * the scheduler goes quiet).
+ */
+const ringNewsSchema = s.object({
+  parent: s.optional(s.string({ max: 2048 })),
+  head: s.optional(s.boolean()),
+});
+
 export const registeredSchema = s.object({
   host: id,
   pieceCount: id,
@@ -118,6 +128,8 @@ export const registeredSchema = s.object({
   hostTimeoutMs: s.number({ int: true, positive: true }),
   /** The host's first assignments, when the register asked for them (assignmentsInReply). */
   assignments: s.optional(s.array(assignmentSchema, { max: SYNC_ITEMS_MAX })),
+  /** Ring mode: the host's place, at once (its feed opens before the sync channel does). */
+  ring: s.optional(ringNewsSchema),
 });
 export type Registered = s.Infer<typeof registeredSchema>;
 
@@ -136,7 +148,7 @@ export const syncReplySchema = s.object({
    * to nobody; `head`: without a parent, this host heads a chain (it reads the origin for the
    * chain, on its own too if the scheduler goes quiet). Absent: unchanged.
    */
-  ring: s.optional(s.object({ parent: s.optional(s.string({ max: 2048 })), head: s.optional(s.boolean()) })),
+  ring: s.optional(ringNewsSchema),
 });
 export type SyncReply = s.Infer<typeof syncReplySchema>;
 
