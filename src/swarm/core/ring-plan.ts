@@ -60,11 +60,12 @@ export function ringOriginReaders(
  * A chain's tail trails its head by a lag per hop: half a round trip and the first read passed on
  * as it arrives (256 KiB). Over n hops that is n lags against the S/B the model takes: simulated,
  * 8 hosts x 200 Mbit/s on 256 MiB 0.986 (per piece 0.959), 100 hosts 0.904 (0.948), 300 hosts
- * 0.766 (0.941). Taking the lag as CHAIN_HOP_LAG_BYTES at the link's rate (the first read and a
- * bandwidth-delay product up to 256 KiB), a chain of n loses n x CHAIN_HOP_LAG_BYTES / S of the
- * time; chains are used while that stays under CHAIN_AUTO_LAG_SHARE, about what per-piece planning
- * loses to its exchanges. A network whose round trips hold more than 256 KiB (100 Gbit/s at
- * 0.5 ms) makes chains lose sooner: there, `--per-piece`.
+ * 0.766 (0.941). Taking the lag as CHAIN_HOP_LAG_BYTES at the link's rate (the first read, and
+ * what the link carries in half a round trip, up to 256 KiB), a chain of n loses
+ * n x CHAIN_HOP_LAG_BYTES / S of the time; chains are used while that stays under
+ * CHAIN_AUTO_LAG_SHARE, about what per-piece planning loses to its exchanges. A network that carries
+ * more than 256 KiB in half a round trip (100 Gbit/s with a 0.5 ms round trip) makes chains lose
+ * sooner: there, `--per-piece`.
  */
 export const CHAIN_HOP_LAG_BYTES = 512 * 1024;
 export const CHAIN_AUTO_LAG_SHARE = 0.03;
