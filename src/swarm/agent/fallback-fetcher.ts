@@ -47,7 +47,7 @@ export interface FallbackFetcherOptions {
   fetchingAssigned(piece: number): boolean;
   /**
    * Ring mode: whether the feed from this host's ring parent is open and when it last pushed a
-   * piece (performance.now() ms), and whether this host heads a chain (no parent, a child fed);
+   * piece (performance.now() ms), and whether the scheduler said this host heads a chain;
    * undefined outside ring mode.
    */
   ring?(): { feedOpen: boolean; lastPushMs: number | undefined; head: boolean } | undefined;

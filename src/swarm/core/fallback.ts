@@ -71,7 +71,7 @@ export interface FallbackView<P> {
   rackStripe?: { index: number; count: number };
   /**
    * Ring mode: `fed`, a ring parent's feed delivers to this host (`ringFeedDelivers`): only blocked
-   * pieces are fetched; `head`, this host has no ring parent and feeds a child: no stripe, every
+   * pieces are fetched; `head`, this host heads a chain (the scheduler said so): no stripe, every
    * piece nobody holds is its to read from the origin.
    */
   ring?: { fed: boolean; head: boolean };
