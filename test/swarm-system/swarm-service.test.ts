@@ -487,6 +487,34 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.deepEqual(service.status().ring, { members: 4, fed: 3, cut: 0 });
   });
 
+  it('in a chain, a corrupt piece cut through several hops: its reports, in any order, move only the host it came from', () => {
+    const service = ringService(true);
+    const names = ['k0', 'k1', 'k2', 'k3', 'k4'];
+    const hosts = names.map((name) => register(service, 0, name));
+    for (const host of hosts) service.takeReply(host);
+    // k0 -> k1 -> k2 -> k3 -> k4; k1 pushed piece 7 corrupt, and k2 and k3 passed it on as it
+    // arrived. Their reports come in scrambled.
+    const corrupt = (now: number, host: number, parent: string): void =>
+      service.sync(now, host, {
+        reports: [],
+        waitMs: 0,
+        ringLost: 'piece 7 pushed by the ring parent does not match',
+        ringLostParent: `http://127.0.0.1:1/${parent}`,
+        ringLostPiece: 7,
+      });
+    corrupt(10, hosts[4]!, 'k3');
+    corrupt(30, hosts[2]!, 'k1');
+    corrupt(50, hosts[3]!, 'k2');
+    service.tick(100);
+    assert.deepEqual(service.status().ring, { members: 5, fed: 4, cut: 0 }, 'nothing moves within the batch');
+    service.tick(120);
+    assert.equal(parentOf(service, hosts[2]!), 'http://127.0.0.1:1/k0', 'k2 is fed by k0 now');
+    assert.equal(parentOf(service, hosts[1]!), 'http://127.0.0.1:1/k4', 'k1 went to the tail');
+    assert.equal(parentOf(service, hosts[3]!), 'http://127.0.0.1:1/k2', 'k3 subscribes to k2 again');
+    assert.equal(parentOf(service, hosts[4]!), 'http://127.0.0.1:1/k3', 'k4 subscribes to k3 again');
+    assert.deepEqual(service.status().ring, { members: 5, fed: 4, cut: 0 }, 'no honest host cut');
+  });
+
   it('in a ring, the same two reports in that order: the host put out comes back, the one it named leaves', () => {
     const service = ringService();
     const [a, b, c] = fourHosts(service, 'y');

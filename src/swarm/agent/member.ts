@@ -451,7 +451,8 @@ export class SwarmMember {
           this.resubscribeSoon(url);
           return;
         }
-        this.session.ringLost(error.message, url);
+        const index = error.code === 'PIECE_HASH_MISMATCH' ? error.details['index'] : undefined;
+        this.session.ringLost(error.message, url, typeof index === 'number' ? index : undefined);
         this.options.onEvent?.({ type: 'ring-lost', parent: url, reason: error.message });
       },
     });

@@ -246,7 +246,7 @@ export class PieceFetcher {
       throw new WeightcastError(
         'PIECE_HASH_MISMATCH',
         `${where.file.path} piece ${where.piece} pushed by the ring parent ${parent} does not match the manifest's SHA-256`,
-        { file: where.file.path, piece: where.piece },
+        { file: where.file.path, piece: where.piece, index: piece },
       );
     }
     if (result === 'duplicate') {

@@ -130,6 +130,7 @@ export class SchedulerSession {
   private ringDue = false;
   private ringLostReason: string | undefined;
   private ringLostParent: string | undefined;
+  private ringLostPiece: number | undefined;
 
   constructor(private readonly options: SchedulerSessionOptions) {}
 
@@ -262,9 +263,10 @@ export class SchedulerSession {
   }
 
   /** Ring mode: the feed from the ring parent `parent` ended with an error; the scheduler is told at once. */
-  ringLost(reason: string, parent: string): void {
+  ringLost(reason: string, parent: string, piece?: number): void {
     this.ringLostReason = reason;
     this.ringLostParent = parent;
+    this.ringLostPiece = piece;
     this.flush();
   }
 
@@ -404,6 +406,7 @@ export class SchedulerSession {
     this.ringPieces = [];
     this.ringLostReason = undefined;
     this.ringLostParent = undefined;
+    this.ringLostPiece = undefined;
     this.deferredReports = [];
     clearTimeout(this.deferTimer);
     this.deferTimer = undefined;
@@ -464,6 +467,7 @@ export class SchedulerSession {
     const urgent = [...this.urgentPieces];
     const lost = this.ringLostReason;
     const lostParent = this.ringLostParent;
+    const lostPiece = this.ringLostPiece;
     if (
       !always &&
       this.reports.length === 0 &&
@@ -476,6 +480,7 @@ export class SchedulerSession {
     this.takeDeferred();
     this.ringLostReason = undefined;
     this.ringLostParent = undefined;
+    this.ringLostPiece = undefined;
     this.ringDue = false;
     clearTimeout(this.ringTimer);
     this.ringTimer = undefined;
@@ -491,6 +496,7 @@ export class SchedulerSession {
         ...(held.length > 0 ? { held } : {}),
         ...(lost === undefined ? {} : { ringLost: lost }),
         ...(lost === undefined || lostParent === undefined ? {} : { ringLostParent: lostParent }),
+        ...(lost === undefined || lostPiece === undefined ? {} : { ringLostPiece: lostPiece }),
       }),
     );
     if (this.reports.length > 0) this.flush();

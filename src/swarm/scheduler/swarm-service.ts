@@ -42,6 +42,13 @@ const PEERS_LISTED_MAX = 64;
  * same parent again. The parent's report comes first (it checks the piece one read sooner).
  */
 const RING_PASSED_ON_MS = 1000;
+/**
+ * Ring mode: reports of one corrupt piece are gathered this long before anyone is moved. Cut
+ * through as it arrived, one corrupt push reaches several hops (seen: 4) before the checks catch it,
+ * and every host on the way reports its parent, in any order: the batch names as culprit only the
+ * parent that did not report the piece itself.
+ */
+const RING_CORRUPT_BATCH_MS = 100;
 /** Rounds of cancel-then-replan in one distribute; each round only follows cancellations. */
 const DISTRIBUTE_ROUNDS_MAX = 8;
 
@@ -87,6 +94,11 @@ export class SwarmService {
   private readonly ringEvicted = new Set<string>();
   /** Ring mode: when each host (by name) last reported its feed lost. */
   private readonly ringReportedMs = new Map<string, number>();
+  /** Ring mode: reports of a corrupt push, by piece, waiting for RING_CORRUPT_BATCH_MS. */
+  private readonly corruptReports = new Map<
+    number,
+    { firstMs: number; reports: Array<{ host: number; name: string; parentUrl: string | undefined }> }
+  >();
   /** Ring mode: hosts (by name) just put out of their place by a report, when and by whom. */
   private readonly ringBlamed = new Map<string, { atMs: number; by: string }>();
 
@@ -237,7 +249,12 @@ export class SwarmService {
         this.core.handleHeld(nowMs, host, pieces);
         this.ring.delivered(nowMs, host);
       }
-      if (message.ringLost !== undefined) this.ringLost(nowMs, entry, message.ringLostParent);
+      if (message.ringLost !== undefined) {
+        const piece = message.ringLostPiece;
+        if (piece !== undefined && piece < this.map.pieceCount)
+          this.deferCorruptReport(nowMs, entry, piece, message.ringLostParent);
+        else this.ringLost(nowMs, entry, message.ringLostParent);
+      }
     }
     if (this.core.isEjected(host)) {
       // Its reports kept failing re-checks: it leaves (its name stays marked) and is told why.
@@ -314,6 +331,7 @@ export class SwarmService {
     }
     const due = this.core.pollTimeout();
     if (due !== undefined && due <= nowMs) this.core.handleTimeout(nowMs);
+    this.settleCorruptReports(nowMs);
     const ringDue = this.ring?.nextCheckMs();
     if (this.ring !== undefined && ringDue !== undefined && ringDue <= nowMs) {
       this.ring.check(nowMs, (parent, child) => this.core.holdsMissing(parent, child));
@@ -431,6 +449,49 @@ export class SwarmService {
       this.closeOver(nowMs, parent, parentEntry);
     }
     this.applyRing(nowMs);
+  }
+
+  /** Ring mode: a corrupt push of `piece` reported by `entry`, settled with the others in a batch. */
+  private deferCorruptReport(
+    nowMs: number,
+    entry: HostEntry,
+    piece: number,
+    parentUrl: string | undefined,
+  ): void {
+    let batch = this.corruptReports.get(piece);
+    if (batch === undefined) this.corruptReports.set(piece, (batch = { firstMs: nowMs, reports: [] }));
+    // One report per host and piece; a batch is no larger than the swarm.
+    if (batch.reports.some((report) => report.host === entry.id)) return;
+    batch.reports.push({ host: entry.id, name: entry.name, parentUrl });
+  }
+
+  /**
+   * Ring mode: batches of corrupt-push reports old enough are settled. A host whose parent reported
+   * the same piece was passed it as it arrived: it subscribes to its parent again. The others' parents
+   * are at fault, each closed over as any failed feed (ringLost), and that first, so the re-told
+   * hosts get the parents the chain has after.
+   */
+  private settleCorruptReports(nowMs: number): void {
+    for (const [piece, batch] of this.corruptReports) {
+      if (nowMs - batch.firstMs < RING_CORRUPT_BATCH_MS) continue;
+      this.corruptReports.delete(piece);
+      const reporters = new Set<string>();
+      for (const report of batch.reports) {
+        const entry = this.hosts.get(report.host);
+        if (entry !== undefined && entry.name === report.name) reporters.add(entry.url);
+      }
+      const passedOn: HostEntry[] = [];
+      for (const report of batch.reports) {
+        const entry = this.hosts.get(report.host);
+        if (entry === undefined || entry.name !== report.name) continue;
+        if (report.parentUrl !== undefined && reporters.has(report.parentUrl)) passedOn.push(entry);
+        else this.ringLost(nowMs, entry, report.parentUrl);
+      }
+      for (const entry of passedOn) {
+        const parent = this.ring?.parentOf(entry.id) ?? NO_PARENT;
+        this.tellRing(entry, parent === NO_PARENT ? '' : (this.hosts.get(parent)?.url ?? ''));
+      }
+    }
   }
 
   /**

@@ -91,6 +91,8 @@ export const syncSchema = s.object({
   ringLost: s.optional(s.string({ max: 1024 })),
   /** Ring mode: the URL of the parent whose feed ended (a report about a parent since replaced is old news). */
   ringLostParent: s.optional(s.string({ max: 2048 })),
+  /** Ring mode: the feed ended on this piece failing its check (a corrupt push). */
+  ringLostPiece: s.optional(id),
 });
 export type Sync = s.Infer<typeof syncSchema>;
 
