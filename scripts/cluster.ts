@@ -232,6 +232,19 @@ export class Cluster {
     return (await response.json()) as AgentStatus;
   }
 
+  /**
+   * Polls agent `index` (every 20 ms, 400 times at most) until it holds `pieces` pieces; returns its
+   * last status, whether or not it got there (the caller asserts what it needs).
+   */
+  async untilHeld(index: number, pieces: number): Promise<AgentStatus> {
+    let status = await this.status(index);
+    for (let tries = 0; tries < 400 && status.held < pieces; tries++) {
+      await sleep(20);
+      status = await this.status(index);
+    }
+    return status;
+  }
+
   async schedulerStatus(): Promise<{
     /** The swarm's transfer units (its pieces, one per unit, unless the scheduler groups them). */
     pieceCount: number;

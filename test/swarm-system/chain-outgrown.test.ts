@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { buildManifest } from '../../src/manifest/build.js';
 import type { Manifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
@@ -58,11 +57,7 @@ it('by default two hosts form a chain; a third turns all three per piece mid-run
     const started = performance.now();
     await cluster.join(0);
     await cluster.join(1);
-    for (let tries = 0; tries < 400; tries++) {
-      if ((await cluster.status(1)).held >= 4) break;
-      await sleep(20);
-    }
-    const fed = await cluster.status(1);
+    const fed = await cluster.untilHeld(1, 4);
     assert.ok(fed.held >= 4 && fed.held < fed.pieceCount / 2, `agent 1 held ${fed.held} pieces`);
     assert.deepEqual(
       (await cluster.schedulerStatus()).ring,

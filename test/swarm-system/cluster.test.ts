@@ -217,11 +217,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         const started = performance.now();
         // One at a time: the chain takes members in the order they join, so it is 0 -> 1 -> 2 -> 3.
         for (const i of all(4)) await cluster.join(i);
-        for (let tries = 0; tries < 400; tries++) {
-          if ((await cluster.status(3)).held >= 6) break;
-          await sleep(20);
-        }
-        const tail = await cluster.status(3);
+        const tail = await cluster.untilHeld(3, 6);
         assert.ok(tail.held >= 6 && tail.held < tail.pieceCount, `the tail held ${tail.held} pieces`);
         cluster.agents[1]!.child.kill('SIGKILL');
         const survivors = [0, 2, 3];
@@ -248,11 +244,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         const started = performance.now();
         // One at a time: the chain is 0 -> 1 -> 2 -> 3, and agent 0 reads the origin for it.
         for (const i of all(4)) await cluster.join(i);
-        for (let tries = 0; tries < 400; tries++) {
-          if ((await cluster.status(3)).held >= 4) break;
-          await sleep(20);
-        }
-        const tail = await cluster.status(3);
+        const tail = await cluster.untilHeld(3, 4);
         assert.ok(tail.held >= 4 && tail.held < tail.pieceCount / 2, `the tail held ${tail.held} pieces`);
         const scheduler = cluster.scheduler.child;
         scheduler.kill('SIGSTOP');
@@ -326,11 +318,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         async (cluster) => {
           const started = performance.now();
           await Promise.all(all(3).map((i) => cluster.join(i)));
-          for (let tries = 0; tries < 400; tries++) {
-            if ((await cluster.status(2)).held >= 8) break;
-            await sleep(20);
-          }
-          const before = (await cluster.status(2)).held;
+          const before = (await cluster.untilHeld(2, 8)).held;
           assert.ok(
             before > 0 && before < (await cluster.status(2)).pieceCount,
             `agent 2 held ${before} pieces when killed`,
@@ -373,10 +361,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     await withCluster('scheduler-kill', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {
       const started = performance.now();
       await Promise.all(all(3).map((i) => cluster.join(i)));
-      for (let tries = 0; tries < 400; tries++) {
-        if ((await cluster.status(0)).held >= 6) break;
-        await sleep(20);
-      }
+      await cluster.untilHeld(0, 6);
       cluster.scheduler.child.kill('SIGKILL');
       await cluster.waitComplete(all(3), started, 60_000);
       await assertCopies(cluster, all(3));
@@ -403,10 +388,7 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
         await cluster.join(0);
         await cluster.waitComplete([0], started, 60_000);
         await Promise.all([1, 2].map((i) => cluster.join(i)));
-        for (let tries = 0; tries < 400; tries++) {
-          if ((await cluster.status(1)).held >= 2) break;
-          await sleep(20);
-        }
+        await cluster.untilHeld(1, 2);
         const before = (await cluster.status(1)).held + (await cluster.status(2)).held;
         cluster.scheduler.child.kill('SIGKILL');
         await cluster.waitComplete(all(3), started, 60_000);
