@@ -12,6 +12,11 @@
  *   refresh and picks again (the member's fetch fails with SWARM_BUSY; here the refusal costs no
  *   time, which flatters the fallback a little).
  *
+ * - in ring mode (`ring`) the pushes go on without the scheduler (ring-sim.ts): a host whose feed
+ *   delivers fetches only blocked pieces (none here: nothing reads), a chain's head reads every
+ *   piece nobody holds with all its download slots, and pieces pushed to a host are its as they
+ *   arrive (`gained`); what a host fetches is passed on to its ring child (`onGained`).
+ *
  * A have-map costs no memory per host: each piece's arrival time is kept per holder, and a host
  * that refreshed at time t sees exactly the pieces that arrived by t.
  */
@@ -20,11 +25,14 @@ import {
   FALLBACK_HAVE_REFRESH_MS,
   FALLBACK_PUMP_EVERY_MS,
   afterPeerFetch,
+  orphanMove,
   pickFallbackFetches,
   type FallbackPeer,
+  type FallbackView,
 } from '../swarm/core/fallback.js';
 import { Random } from '../swarm/core/random.js';
 import type { FluidNetwork } from './network.js';
+import type { RingFeedView } from './ring-sim.js';
 
 export interface FallbackSimOptions {
   hosts: number;
@@ -45,6 +53,14 @@ export interface FallbackSimOptions {
   firstTransferId: number;
   /** Each host's rack (hosts in racks: the members learn their rack-mates from the scheduler). */
   rackOf?: (host: number) => number;
+  /** Ring mode: what a peer's have-map says of its ring (FallbackPeer.ring). */
+  ringPeer?: (host: number, nowMs: number) => NonNullable<FallbackPeer<number>['ring']>;
+  /** Ring mode: what a host knows of its ring feed (FallbackView.ring), and whether it closed in a chain. */
+  ringView?: (host: number, nowMs: number) => RingFeedView | undefined;
+  /** Ring mode: a host whose feed closed in a chain subscribes to a peer itself; false if refused. */
+  subscribe?: (child: number, parent: number, nowMs: number) => boolean;
+  /** Told of every piece a host comes to hold by a fetch (ring mode: its ring child gets it next). */
+  onGained?: (host: number, piece: number, atMs: number) => void;
 }
 
 interface OwnFetch {
@@ -73,6 +89,10 @@ export class FallbackSim {
   private readonly peerViews: Array<FallbackPeer<number>[] | undefined>;
   private readonly leftover = new Map<number, { dst: number; piece: number; src: number }>();
   private readonly dead = new Set<number>();
+  /** Ring mode: chain members whose feed ended, as of their last pump. */
+  private readonly orphans = new Set<number>();
+  /** Ring mode: hosts leading what is left of their chain (`orphanMove`), as of their last pump. */
+  private readonly actingHead = new Set<number>();
   private readonly random: Random;
   private nextTransferId: number;
   private nextPumpMs: number;
@@ -133,14 +153,18 @@ export class FallbackSim {
       this.running[dst] = (this.running[dst] ?? 0) - 1;
       if (src === this.options.originEndpoint) this.originReads[dst] = (this.originReads[dst] ?? 0) - 1;
     }
-    if (delivered && !this.dead.has(dst)) {
-      const arrived = this.arrivedAt[dst] as Float64Array;
-      if (arrived[piece] === Number.POSITIVE_INFINITY) {
-        arrived[piece] = atMs;
-        this.heldCount[dst] = (this.heldCount[dst] ?? 0) + 1;
-      }
-    }
+    if (delivered && this.gained(dst, piece, atMs)) this.options.onGained?.(dst, piece, atMs);
     if (own !== undefined && !this.dead.has(dst)) this.pump(dst, atMs);
+    return true;
+  }
+
+  /** `host` holds `piece` from `atMs` (a fetch, or in ring mode a push); false if it held it or is dead. */
+  gained(host: number, piece: number, atMs: number): boolean {
+    const arrived = this.arrivedAt[host];
+    if (arrived === undefined || this.dead.has(host) || arrived[piece] !== Number.POSITIVE_INFINITY)
+      return false;
+    arrived[piece] = atMs;
+    this.heldCount[host] = (this.heldCount[host] ?? 0) + 1;
     return true;
   }
 
@@ -148,6 +172,14 @@ export class FallbackSim {
   removeHost(host: number): void {
     this.dead.add(host);
     this.peerViews.fill(undefined);
+  }
+
+  /** The host reads its peers' have-maps again. */
+  private refresh(host: number, atMs: number): void {
+    this.refreshedAt[host] = atMs;
+    this.forgotten[host]?.clear();
+    this.dropped[host]?.clear();
+    this.peerViews[host] = undefined;
   }
 
   /** The members' periodic loop: every host looks for work every pumpEveryMs. */
@@ -160,15 +192,21 @@ export class FallbackSim {
   private pump(host: number, atMs: number): void {
     if (this.dead.has(host) || this.isComplete(host)) return;
     const refreshMs = this.options.haveRefreshMs ?? FALLBACK_HAVE_REFRESH_MS;
-    if (atMs - (this.refreshedAt[host] as number) >= refreshMs) {
-      this.refreshedAt[host] = atMs;
-      this.forgotten[host]?.clear();
-      this.dropped[host]?.clear();
-      this.peerViews[host] = undefined;
-    }
+    if (atMs - (this.refreshedAt[host] as number) >= refreshMs) this.refresh(host, atMs);
     // Bounded: each refusal forgets one peer, so a pump retries at most once per peer.
+    const ring = this.ringOf(host, atMs);
+    const view = this.viewOf(host, atMs, ring);
+    // A chain's head reads the origin for the whole chain, as the scheduler had it do (the member's rule).
+    const limits = {
+      downloadsMax: this.options.downloadsMax,
+      originReadsMax: view.ring?.head === true ? this.options.downloadsMax : this.options.originReadsMax,
+    };
     for (let round = 0; round <= this.options.hosts; round++) {
-      const picks = pickFallbackFetches(this.viewOf(host), this.options, this.random);
+      const picks = pickFallbackFetches(
+        round === 0 ? view : this.viewOf(host, atMs, ring),
+        limits,
+        this.random,
+      );
       if (picks.length === 0) return;
       let refused = false;
       for (const pick of picks) {
@@ -189,14 +227,46 @@ export class FallbackSim {
     }
   }
 
-  private viewOf(host: number): Parameters<typeof pickFallbackFetches<number>>[0] {
-    const peers = this.peerViews[host] ?? this.buildPeerView(host);
+  /**
+   * Ring mode: the host's ring as it sees it; a chain member whose feed closed first makes its
+   * move (`orphanMove`): it subscribes to a peer, or leads the rest of the chain as its head.
+   */
+  private ringOf(host: number, atMs: number): FallbackView<number>['ring'] {
+    const ring = this.options.ringView?.(host, atMs);
+    this.actingHead.delete(host);
+    if (ring === undefined) return undefined;
+    if (ring.orphan && !this.orphans.has(host)) {
+      // The member reads its peers' maps again before it moves: older ones show the chain as it was.
+      this.orphans.add(host);
+      this.refresh(host, atMs);
+    }
+    if (!ring.orphan) this.orphans.delete(host);
+    if (ring.orphan) {
+      const move = orphanMove(
+        host,
+        this.heldCount[host] as number,
+        this.peerViews[host] ?? this.buildPeerView(host, atMs),
+        ring.lastParent,
+      );
+      if (move.kind === 'head') {
+        this.actingHead.add(host);
+        return { fed: ring.fed, head: true, chain: true };
+      }
+      if (move.kind === 'subscribe' && this.options.subscribe?.(host, move.peer, atMs) === true)
+        return this.ringOf(host, atMs);
+    }
+    return { fed: ring.fed, head: ring.head, chain: ring.chain };
+  }
+
+  private viewOf(host: number, nowMs: number, ring: FallbackView<number>['ring']): FallbackView<number> {
+    const peers = this.peerViews[host] ?? this.buildPeerView(host, nowMs);
     const mine = this.arrivedAt[host] as Float64Array;
     const fetching = this.fetchingPieces[host] as Set<number>;
     // Its place among the live hosts, itself included (the members sort the peer URLs they know).
     let index = 0;
     for (let other = 0; other < host; other++) if (!this.dead.has(other)) index++;
     return {
+      ...(ring === undefined ? {} : { ring }),
       stripe: { index, count: this.options.hosts - this.dead.size },
       ...this.rackStripeOf(host),
       pieceCount: this.options.pieceCount,
@@ -224,7 +294,7 @@ export class FallbackSim {
     return { rackStripe: { index, count } };
   }
 
-  private buildPeerView(host: number): FallbackPeer<number>[] {
+  private buildPeerView(host: number, nowMs: number): FallbackPeer<number>[] {
     const seenAt = this.refreshedAt[host] as number;
     const peers: FallbackPeer<number>[] = [];
     for (let peer = 0; peer < this.options.hosts; peer++) {
@@ -239,6 +309,7 @@ export class FallbackSim {
         peer,
         pieces: { has: (piece: number) => (arrived[piece] as number) <= seenAt },
         ...(refused ? { busy: true } : {}),
+        ...(this.options.ringPeer === undefined ? {} : { ring: this.ringPeerOf(peer, nowMs) }),
         ...(this.options.rackOf !== undefined && this.options.rackOf(peer) === this.options.rackOf(host)
           ? { sameRack: true }
           : {}),
@@ -246,6 +317,12 @@ export class FallbackSim {
     }
     this.peerViews[host] = peers;
     return peers;
+  }
+
+  /** What a peer's have-map says of its ring; a host leading the rest of its chain reads for it. */
+  private ringPeerOf(peer: number, nowMs: number): NonNullable<FallbackPeer<number>['ring']> {
+    const ring = (this.options.ringPeer as NonNullable<FallbackSimOptions['ringPeer']>)(peer, nowMs);
+    return this.actingHead.has(peer) ? { ...ring, flowing: true, head: true } : ring;
   }
 
   private start(dst: number, piece: number, src: number, atMs: number): void {

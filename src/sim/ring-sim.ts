@@ -21,14 +21,30 @@
  *
  * What each host really holds (`truth`) is kept here: a host is complete when it holds every
  * piece, whenever the core hears of it.
+ *
+ * Once the scheduler is gone (`schedulerGone`) the plan stands still, as it does for agents: pushes
+ * go on along the links that are open, nobody is told of them, and no link is checked or bridged. A
+ * host that fails closes its feeds in both directions, and a truncated push closes its child's feed;
+ * a host whose feed is closed or quiet fetches on its own (fallback-sim.ts, `feedView`).
  */
 
 import { assert } from '../errors.js';
 import { hasBit, newBitfield, setBit } from '../swarm/core/bitfield.js';
+import { ringFeedDelivers } from '../swarm/core/fallback.js';
 import { NO_PARENT, RingPlan, type RingParentChange } from '../swarm/core/ring-plan.js';
 import { RingPusher } from '../swarm/core/ring-pusher.js';
 import type { SwarmCore } from '../swarm/core/swarm-core.js';
 import type { FluidNetwork } from './network.js';
+
+/** A host's ring as it sees it without a scheduler (FallbackView.ring, and whether its feed closed in a chain). */
+export interface RingFeedView {
+  fed: boolean;
+  head: boolean;
+  chain: boolean;
+  orphan: boolean;
+  /** Whose pushes fed it last, once its feed closed. */
+  lastParent: number | undefined;
+}
 
 export interface RingSimOptions {
   hosts: number;
@@ -87,6 +103,16 @@ export class RingSim {
   private readonly unreported = new Map<number, number[]>();
   private nextPushId = PUSH_IDS_FROM;
   private nextReportMs: number;
+  /** Per host: the parent whose pushes feed it now. */
+  private readonly feedParent = new Map<number, number>();
+  /** Per host whose feed closed: the parent that fed it last. */
+  private readonly lastFeedParent = new Map<number, number>();
+  /** Per host: when its last push arrived. */
+  private readonly lastPushAt = new Map<number, number>();
+  /** Set once the scheduler is gone: the plan stands still. */
+  private goneSinceMs: number | undefined;
+  /** Told of every piece a push brings a host (the fallback's view of holdings, once set). */
+  onPushed: ((host: number, piece: number, atMs: number) => void) | undefined;
   pushes = 0;
 
   constructor(
@@ -127,11 +153,61 @@ export class RingSim {
     return this.truthCount[host] === this.options.pieceCount;
   }
 
+  holds(host: number, piece: number): boolean {
+    return hasBit(this.truth[host]!, piece);
+  }
+
+  /**
+   * The scheduler is gone: from now on nobody reports, checks, cuts or bridges links; the pushes
+   * along the links that are open go on.
+   */
+  schedulerGone(nowMs: number): void {
+    this.goneSinceMs = nowMs;
+    this.unreported.clear();
+  }
+
+  /**
+   * What a host on its own knows of its ring (FallbackView.ring): whether its feed is open and
+   * delivers (`ringFeedDelivers`: a push in the last FALLBACK_FEED_QUIET_MS), and whether it heads
+   * a chain. Undefined while the scheduler is there.
+   */
+  feedView(host: number, nowMs: number): RingFeedView | undefined {
+    if (this.goneSinceMs === undefined) return undefined;
+    const open = this.feedParent.has(host);
+    const head = this.plan.isHead(host);
+    // As the members are told: a host cut from its chain (no parent, no head) is in no chain.
+    const chain = this.plan.chains && (head || this.plan.parentOf(host) !== NO_PARENT);
+    return {
+      fed: ringFeedDelivers(open, this.lastPushAt.get(host), this.goneSinceMs, nowMs),
+      head,
+      chain,
+      // A member the scheduler named a parent (the plan stands still without it) whose feed ended.
+      orphan: chain && !open && !head,
+      lastParent: this.lastFeedParent.get(host),
+    };
+  }
+
+  /** What a host's have-map says of its ring (FallbackPeer.ring), once the scheduler is gone. */
+  peerView(
+    host: number,
+    nowMs: number,
+  ): { pushing: boolean; flowing: boolean; held: number; parent?: number; head: boolean } {
+    const view = this.feedView(host, nowMs);
+    const parent = this.feedParent.get(host);
+    return {
+      pushing: this.pushing.has(host),
+      flowing: view !== undefined && (view.fed || view.head),
+      held: this.truthCount[host] ?? 0,
+      head: view?.head === true,
+      ...(parent === undefined ? {} : { parent }),
+    };
+  }
+
   /** A transfer of the core's delivered `piece` to `host`: its parent's pusher skips it. */
   gainedByTransfer(nowMs: number, host: number, piece: number): void {
     this.gain(nowMs, host, piece);
-    const parent = this.plan.parentOf(host);
-    if (parent !== NO_PARENT) this.pushing.get(parent)?.pusher.childHas(piece);
+    const parent = this.feedParent.get(host);
+    if (parent !== undefined) this.pushing.get(parent)?.pusher.childHas(piece);
   }
 
   /**
@@ -173,11 +249,16 @@ export class RingSim {
     if (pushing !== undefined && pushing.child === flow.child) {
       if (pushing.live === flowId) pushing.live = undefined;
       this.pushes++;
+      this.lastPushAt.set(flow.child, nowMs);
       if (!hasBit(this.truth[flow.child]!, flow.piece)) {
         this.gain(nowMs, flow.child, flow.piece);
-        let list = this.unreported.get(flow.child);
-        if (list === undefined) this.unreported.set(flow.child, (list = []));
-        list.push(flow.piece);
+        this.onPushed?.(flow.child, flow.piece, nowMs);
+        // The batched reports to the scheduler, while there is one.
+        if (this.goneSinceMs === undefined) {
+          let list = this.unreported.get(flow.child);
+          if (list === undefined) this.unreported.set(flow.child, (list = []));
+          list.push(flow.piece);
+        }
       }
     }
     // The push passing this one on is free to end now.
@@ -196,6 +277,13 @@ export class RingSim {
 
   /** A host failed: it leaves the ring; its pushes in both directions are gone. */
   leave(nowMs: number, host: number): void {
+    if (this.goneSinceMs !== undefined) {
+      // Nobody bridges the gap: the feeds to and from the host close.
+      this.stopPushing(host);
+      const parent = this.feedParent.get(host);
+      if (parent !== undefined) this.stopPushing(parent);
+      return;
+    }
     this.plan.leave(nowMs, host);
     this.stopPushing(host);
     for (const [parent, pushing] of this.pushing) if (pushing.child === host) this.stopPushing(parent);
@@ -208,6 +296,7 @@ export class RingSim {
    * core heard something (the caller polls its assignments and cancellations).
    */
   tick(nowMs: number): boolean {
+    if (this.goneSinceMs !== undefined) return false;
     let told = false;
     if (nowMs >= this.nextReportMs) {
       this.nextReportMs = nowMs + this.options.reportMs;
@@ -252,13 +341,33 @@ export class RingSim {
 
   private applyChange(nowMs: number, { host, parent, ring }: RingParentChange): void {
     this.core.setRing(nowMs, host, ring, parent !== NO_PARENT);
-    for (const [from, pushing] of this.pushing) if (pushing.child === host) this.stopPushing(from);
+    this.subscribe(nowMs, host, parent);
+  }
+
+  /** `child`'s feed comes from `parent` from now on (NO_PARENT: from nobody). */
+  private subscribe(nowMs: number, child: number, parent: number): void {
+    const from = this.feedParent.get(child);
+    if (from !== undefined) this.stopPushing(from);
     if (parent === NO_PARENT) return;
     this.stopPushing(parent);
     const pusher = new RingPusher(this.options.pieceCount);
-    pusher.subscribe(this.truth[host]!, this.truth[parent]!);
-    this.pushing.set(parent, { pusher, child: host, live: undefined, fresh: true });
+    pusher.subscribe(this.truth[child]!, this.truth[parent]!);
+    this.pushing.set(parent, { pusher, child, live: undefined, fresh: true });
+    this.feedParent.set(child, parent);
     this.pump(nowMs, parent);
+  }
+
+  /**
+   * Without a scheduler, a host whose feed closed subscribes to `parent` itself (fallback.ts
+   * `orphanMove`). A parent here pushes to one child: one that pushes already refuses (false).
+   */
+  subscribeOnOwn(nowMs: number, child: number, parent: number): boolean {
+    assert(this.goneSinceMs !== undefined, 'a subscription of its own, with a scheduler');
+    if (this.pushing.has(parent)) return false;
+    this.subscribe(nowMs, child, parent);
+    // Its feed counts as delivering for a while, as the member's does once it subscribes.
+    this.lastPushAt.set(child, nowMs);
+    return true;
   }
 
   private pump(nowMs: number, parent: number): void {
@@ -327,7 +436,13 @@ export class RingSim {
   }
 
   private stopPushing(parent: number): void {
-    if (!this.pushing.delete(parent)) return;
+    const pushing = this.pushing.get(parent);
+    if (pushing === undefined) return;
+    this.pushing.delete(parent);
+    if (this.feedParent.get(pushing.child) === parent) {
+      this.feedParent.delete(pushing.child);
+      this.lastFeedParent.set(pushing.child, parent);
+    }
     for (const [flowId, flow] of this.flows) if (flow.parent === parent) this.dropFlow(flowId, flow);
   }
 
@@ -349,7 +464,10 @@ export class RingSim {
     const pushing = this.pushing.get(next.parent);
     if (pushing?.live === passed) pushing.live = undefined;
     this.dropFlow(passed, next);
-    // Applied with the change that dropped this push (applyChanges runs until there are none).
-    this.plan.cut(next.child);
+    // The child's feed broke on a truncated push. The scheduler cuts its link (applied with the
+    // change that dropped this push: applyChanges runs until there are none); without one, the
+    // feed stays closed.
+    if (this.goneSinceMs === undefined) this.plan.cut(next.child);
+    else this.stopPushing(next.parent);
   }
 }

@@ -16,7 +16,8 @@
  *
  * `schedulerLossAtMs` takes the scheduler away mid-run: from then on every host runs the agents'
  * fallback policy (swarm/core/fallback.ts) on what it alone knows, as a member without a scheduler
- * does (see FallbackSim below).
+ * does (see FallbackSim below); in ring mode the pushes go on beside it. The hosts notice the loss
+ * at once (an agent notices after SCHEDULER_SILENCE_MS_DEFAULT, a chain's head after HEAD_ALONE_MS).
  */
 
 import { assert } from '../errors.js';
@@ -71,7 +72,8 @@ export interface SimOptions {
   /**
    * Ring mode (swarm/core/ring-plan.ts, ./ring-sim.ts): the hosts form a ring and each pushes its
    * child every piece it gets; the core plans only first copies, and every host whose ring link
-   * stalls. Not combined with adversaries or a scheduler loss (yet).
+   * stalls. Not combined with adversaries (yet). After a scheduler loss the pushes go on, and each
+   * host fetches on its own by the ring's fallback rules (fallback-sim.ts).
    */
   ringPush?: boolean;
   /** Ring mode: a link quiet this long while its parent has more is cut (default RING_STALL_MS_DEFAULT). */
@@ -211,10 +213,8 @@ class SimRun {
     for (let host = 0; host < options.hosts; host++) this.core.addHost(0, this.hostSpec(host));
     if (options.ringPush === true) {
       assert(
-        (options.liarHosts ?? 0) === 0 &&
-          (options.corruptHosts ?? 0) === 0 &&
-          options.schedulerLossAtMs === undefined,
-        'simulator options: ring mode takes no adversaries and no scheduler loss',
+        (options.liarHosts ?? 0) === 0 && (options.corruptHosts ?? 0) === 0,
+        'simulator options: ring mode takes no adversaries',
       );
       this.ring = new RingSim(
         {
@@ -318,13 +318,13 @@ class SimRun {
       this.originBytes += bytes;
       this.originDoneMs = atMs;
     }
+    if (this.ring?.isPush(transferId) === true) {
+      for (const host of this.ring.finishPush(atMs, transferId)) this.noteComplete(host, atMs);
+      return;
+    }
     if (this.fallback !== undefined) {
       this.fallback.settle(transferId, true, atMs);
       this.noteComplete(dst, atMs);
-      return;
-    }
-    if (this.ring?.isPush(transferId) === true) {
-      for (const host of this.ring.finishPush(atMs, transferId)) this.noteComplete(host, atMs);
       return;
     }
     const piece = this.pieceOf.get(transferId);
@@ -360,6 +360,7 @@ class SimRun {
    * host picks its fetches with the fallback policy.
    */
   private loseScheduler(atMs: number): void {
+    const ring = this.ring;
     const fallback = new FallbackSim(
       {
         hosts: this.options.hosts,
@@ -371,13 +372,29 @@ class SimRun {
         seed: this.options.seed,
         originEndpoint: this.originEndpoint,
         pieceBytes: (piece) => this.pieceSize(piece),
-        heldAtLoss: (host, piece) => !this.failed.has(host) && this.core.hasPiece(host, piece),
+        heldAtLoss: (host, piece) =>
+          !this.failed.has(host) &&
+          (ring === undefined ? this.core.hasPiece(host, piece) : ring.holds(host, piece)),
         firstTransferId: this.highestTransferId + 1,
         ...(this.options.racks > 0 ? { rackOf: (host: number) => host % this.options.racks } : {}),
+        ...(ring === undefined
+          ? {}
+          : {
+              ringView: (host: number, nowMs: number) => ring.feedView(host, nowMs),
+              ringPeer: (host: number, nowMs: number) => ring.peerView(host, nowMs),
+              subscribe: (child: number, parent: number, nowMs: number) =>
+                ring.subscribeOnOwn(nowMs, child, parent),
+              onGained: (host: number, piece: number, gainedAtMs: number) =>
+                ring.gainedByTransfer(gainedAtMs, host, piece),
+            }),
       },
       this.network,
       atMs,
     );
+    if (ring !== undefined) {
+      ring.schedulerGone(atMs);
+      ring.onPushed = (host, piece, pushedAtMs) => fallback.gained(host, piece, pushedAtMs);
+    }
     for (const host of this.failed) fallback.removeHost(host);
     for (const [transferId, piece] of this.pieceOf) {
       fallback.adoptLeftover(
@@ -435,7 +452,10 @@ class SimRun {
     this.failed.add(host);
     this.fallback?.removeHost(host);
     for (const transferId of this.network.flowsOf(host)) this.drop(transferId, atMs);
-    if (this.fallback !== undefined) return;
+    if (this.fallback !== undefined) {
+      this.ring?.leave(atMs, host);
+      return;
+    }
     this.core.removeHost(atMs, host);
     this.ring?.leave(atMs, host);
     this.startAssignments(atMs);

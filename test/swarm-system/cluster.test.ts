@@ -272,6 +272,47 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a chain that loses a member while its scheduler is stopped: the member behind the gap subscribes to the host before it', async () => {
+    await withCluster(
+      'chain-stop-kill',
+      { hosts: 4, hostMbps: 4, originMbps: 4, schedulerArgs: ['--ring-chain'] },
+      async (cluster) => {
+        const started = performance.now();
+        // One at a time: the chain is 0 -> 1 -> 2 -> 3, and agent 0 reads the origin for it.
+        for (const i of all(4)) await cluster.join(i);
+        await cluster.untilHeld(3, 2);
+        const scheduler = cluster.scheduler.child;
+        scheduler.kill('SIGSTOP');
+        const survivors = [0, 2, 3];
+        try {
+          // Agent 2 on its own (the scheduler's silence), then its parent dies.
+          const onItsOwn = (): boolean =>
+            cluster.agents[2]!.lines.some((line) => line.includes('no scheduler ('));
+          for (let tries = 0; tries < 300 && !onItsOwn(); tries++) await sleep(50);
+          assert.ok(onItsOwn(), 'agent 2 did not find its scheduler gone within 15 s');
+          const behind = await cluster.status(2);
+          assert.ok(behind.held < behind.pieceCount, 'agent 2 finished before its parent was killed');
+          cluster.agents[1]!.child.kill('SIGKILL');
+          await cluster.waitComplete(survivors, started, 60_000);
+        } finally {
+          scheduler.kill('SIGCONT');
+        }
+        await assertCopies(cluster, survivors);
+        const own = cluster.agents[2]!.lines.filter((line) => line.includes('subscribed to'));
+        assert.deepEqual(
+          own.map((line) => line.replace(/.*subscribed to (\S+) itself.*/, '$1')),
+          [cluster.agents[0]!.url],
+          'agent 2 subscribed to agent 0 on its own, once',
+        );
+        // Behind the gap, everything came pushed along the mended chain: nothing from the origin.
+        for (const i of [2, 3]) {
+          const status = await cluster.status(i);
+          assert.equal(status.originBytes, 0, `agent ${i} read ${status.originBytes} bytes from the origin`);
+        }
+      },
+    );
+  });
+
   it('a chain headed by an agent that pushes corrupt bytes: it goes to the tail, and every copy is still exact', async () => {
     await withCluster(
       'chain-corrupt-head',

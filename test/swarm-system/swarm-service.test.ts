@@ -240,14 +240,26 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     );
   });
 
-  it('lists the peers in a reply only when hosts joined or left since the last one', () => {
+  it('lists the peers in the registration answer, then in a reply only when hosts joined or left since the last one', () => {
     const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
-    const a = register(service, 0, 'a');
-    assert.deepEqual(service.takeReply(a).peers, []);
-    const b = register(service, 0, 'b');
+    const peersOnJoining = (name: string): [number, string[] | undefined] => {
+      const answer = service.register(0, {
+        name,
+        url: `http://127.0.0.1:1/${name}`,
+        uploadBytesPerSecond: 1e8,
+        downloadBytesPerSecond: 1e8,
+        have: encodeBitfield(service.map.pieceCount, () => false),
+      });
+      return [answer.host, answer.peers];
+    };
+    const [a, aPeers] = peersOnJoining('a');
+    assert.deepEqual(aPeers, []);
+    assert.equal(service.takeReply(a).peers, undefined, 'sent with the registration: not again');
+    const [b, bPeers] = peersOnJoining('b');
+    assert.deepEqual(bPeers, ['http://127.0.0.1:1/a'], 'the hosts that joined before it');
     assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b']);
     assert.equal(service.takeReply(a).peers, undefined, 'unchanged: not sent again');
-    assert.deepEqual(service.takeReply(b).peers, ['http://127.0.0.1:1/a']);
+    assert.equal(service.takeReply(b).peers, undefined);
     const c = register(service, 0, 'c');
     assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/b', 'http://127.0.0.1:1/c']);
     service.leave(0, c);
@@ -263,12 +275,17 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     const a = register(service, 0, 'a', [], 'r1');
     register(service, 0, 'b', [], 'r2');
     register(service, 0, 'c', [], 'r1');
-    const flat = register(service, 0, 'd');
     const reply = service.takeReply(a);
-    assert.deepEqual(reply.peers, ['http://127.0.0.1:1/c', 'http://127.0.0.1:1/b', 'http://127.0.0.1:1/d']);
+    assert.deepEqual(reply.peers, ['http://127.0.0.1:1/c', 'http://127.0.0.1:1/b']);
     assert.equal(reply.rackPeers, 1);
-    // A host without a rack gets the list alone.
-    const plain = service.takeReply(flat);
+    // A host without a rack gets the list alone (here in its registration's answer).
+    const plain = service.register(0, {
+      name: 'd',
+      url: 'http://127.0.0.1:1/d',
+      uploadBytesPerSecond: 1e8,
+      downloadBytesPerSecond: 1e8,
+      have: encodeBitfield(service.map.pieceCount, () => false),
+    });
     assert.equal(plain.peers?.length, 3);
     assert.equal(plain.rackPeers, undefined);
   });
@@ -461,11 +478,11 @@ describe('SwarmService in ring mode (fake time)', () => {
     const service = ringService(true);
     const [h0, h0Ring] = registerRing(service, 0, 'v0');
     const [h1, h1Ring] = registerRing(service, 0, 'v1');
-    assert.deepEqual(h0Ring, { head: true });
-    assert.deepEqual(h1Ring, { parent: 'http://127.0.0.1:1/v0' });
+    assert.deepEqual(h0Ring, { head: true, chain: true });
+    assert.deepEqual(h1Ring, { parent: 'http://127.0.0.1:1/v0', chain: true });
     assert.equal(service.takeReply(h0).ring, undefined, 'v0 still heads it: no news');
     service.leave(5, h0);
-    assert.deepEqual(service.takeReply(h1).ring, { head: true }, 'v1 heads the chain now');
+    assert.deepEqual(service.takeReply(h1).ring, { head: true, chain: true }, 'v1 heads the chain now');
     const ring = ringService();
     const [, r0Ring] = registerRing(ring, 0, 'w0');
     assert.deepEqual(r0Ring, {}, 'alone in a ring: no parent, and no head');
@@ -481,7 +498,7 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.equal(parentOf(service, b), 'http://127.0.0.1:1/x3');
     // Then x1's own report, about x0 (its parent before it moved): x0 goes to the tail instead.
     feedLost(service, 10.4, b, 'x0', 'piece 3 pushed by the ring parent does not match');
-    assert.deepEqual(service.takeReply(c).ring, { head: true }, 'x2 heads the chain');
+    assert.deepEqual(service.takeReply(c).ring, { head: true, chain: true }, 'x2 heads the chain');
     assert.equal(parentOf(service, a), 'http://127.0.0.1:1/x1', 'x0 is at the tail');
     assert.equal(parentOf(service, d), null, 'x3 keeps x2');
     assert.deepEqual(service.status().ring, { members: 4, fed: 3, cut: 0 });
@@ -513,6 +530,11 @@ describe('SwarmService in ring mode (fake time)', () => {
     assert.equal(parentOf(service, hosts[3]!), 'http://127.0.0.1:1/k2', 'k3 subscribes to k2 again');
     assert.equal(parentOf(service, hosts[4]!), 'http://127.0.0.1:1/k3', 'k4 subscribes to k3 again');
     assert.deepEqual(service.status().ring, { members: 5, fed: 4, cut: 0 }, 'no honest host cut');
+    // The core weighs the push as a corrupt transfer from k1 to k2 (k2 fetches nothing more from
+    // it): the hosts that passed it on accuse nobody.
+    assert.deepEqual(service.core.bannedParents(hosts[2]!), [hosts[1]]);
+    for (const host of [hosts[0]!, hosts[1]!, hosts[3]!, hosts[4]!])
+      assert.deepEqual(service.core.bannedParents(host), [], `host ${host} banned nobody`);
   });
 
   it('in a ring, the same two reports in that order: the host put out comes back, the one it named leaves', () => {
@@ -580,9 +602,9 @@ describe('SwarmService by default (auto: one chain while it is short enough)', (
     const service = autoService(pieces);
     const joined = Array.from({ length: max }, (_, i) => registerRing(service, i, `a${i}`));
     const hosts = joined.map(([host]) => host);
-    assert.deepEqual(joined[0]![1], { head: true });
+    assert.deepEqual(joined[0]![1], { head: true, chain: true });
     for (let i = 1; i < max; i++) {
-      assert.deepEqual(joined[i]![1], { parent: `http://127.0.0.1:1/a${i - 1}` });
+      assert.deepEqual(joined[i]![1], { parent: `http://127.0.0.1:1/a${i - 1}`, chain: true });
       assert.equal(service.core.isRingFed(hosts[i]!), true);
     }
     assert.deepEqual(service.status().ring, { members: max, fed: max - 1, cut: 0 });

@@ -6,6 +6,7 @@ import {
   FALLBACK_FEED_QUIET_MS,
   FALLBACK_ROUNDS_MAX,
   afterPeerFetch,
+  orphanMove,
   pickFallbackFetches,
   ringFeedDelivers,
   type FallbackView,
@@ -254,10 +255,10 @@ test(`fallback: the same seed picks the same fetches (seed ${SEED})`, () => {
   assert.deepEqual(a, b);
 });
 
-test(`fallback, ring mode: a member whose feed delivers fetches blocked pieces only (seed ${SEED})`, () => {
+test(`fallback, ring mode: a chain member whose feed delivers fetches blocked pieces only (seed ${SEED})`, () => {
   const peers = [{ peer: 'a', pieces: new Set([0, 1, 2, 3, 4, 5]) }];
   const fed = pickFallbackFetches(
-    view({ urgent: new Set([7]), peers, ring: { fed: true, head: false } }),
+    view({ urgent: new Set([7]), peers, ring: { fed: true, head: false, chain: true } }),
     limits,
     new Random(SEED),
   );
@@ -267,18 +268,25 @@ test(`fallback, ring mode: a member whose feed delivers fetches blocked pieces o
   );
   // The same host without a delivering feed takes what it can.
   const unfed = pickFallbackFetches(
-    view({ urgent: new Set([7]), peers, ring: { fed: false, head: false } }),
+    view({ urgent: new Set([7]), peers, ring: { fed: false, head: false, chain: true } }),
     limits,
     new Random(SEED),
   );
   assert.equal(unfed.length, limits.downloadsMax);
+  // A ring has no head reading for it: a member its feed still delivers to fetches as any host does.
+  const inRing = pickFallbackFetches(
+    view({ urgent: new Set([7]), peers, ring: { fed: true, head: false, chain: false } }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(inRing, unfed);
 });
 
-test(`fallback, ring mode: a chain's head reads every unheld piece from the origin, not its stripe alone (seed ${SEED})`, () => {
+test(`fallback, ring mode: a chain's head reads every unheld piece from the origin, not its stripe alone, and no other member reads it (seed ${SEED})`, () => {
   // Stripe 1 of 8: pieces 1 and 9 of 16 are its. Nobody else holds anything.
   const stripe = { index: 1, count: 8 };
   const head = pickFallbackFetches(
-    view({ stripe, ring: { fed: false, head: true } }),
+    view({ stripe, ring: { fed: false, head: true, chain: true } }),
     { downloadsMax: 4, originReadsMax: 4 },
     new Random(SEED),
   );
@@ -288,14 +296,20 @@ test(`fallback, ring mode: a chain's head reads every unheld piece from the orig
     head.some((pick) => pick.piece % stripe.count !== stripe.index),
     'pieces outside the stripe are read too',
   );
-  // A member that is no head keeps to its stripe.
+  // Another member of the chain leaves the origin to its head; a host in no chain keeps to its stripe.
   const member = pickFallbackFetches(
-    view({ stripe, ring: { fed: false, head: false } }),
+    view({ stripe, ring: { fed: false, head: false, chain: true } }),
     { downloadsMax: 4, originReadsMax: 4 },
     new Random(SEED),
   );
-  assert.ok(member.length > 0);
-  assert.ok(member.every((pick) => pick.piece % stripe.count === stripe.index));
+  assert.deepEqual(member, []);
+  const other = pickFallbackFetches(
+    view({ stripe }),
+    { downloadsMax: 4, originReadsMax: 4 },
+    new Random(SEED),
+  );
+  assert.ok(other.length > 0);
+  assert.ok(other.every((pick) => pick.piece % stripe.count === stripe.index));
 });
 
 test('fallback, ring mode: an open feed counts as delivering while it pushes, and not once quiet', () => {
@@ -310,4 +324,96 @@ test('fallback, ring mode: an open feed counts as delivering while it pushes, an
   const push = since + 10 * FALLBACK_FEED_QUIET_MS;
   assert.equal(ringFeedDelivers(true, push, since, push + FALLBACK_FEED_QUIET_MS - 1), true);
   assert.equal(ringFeedDelivers(true, push, since, push + FALLBACK_FEED_QUIET_MS), false);
+});
+
+test(`fallback, ring mode: a holder that pushes to nobody is the source, though only the pushing ones hold the rarest pieces (seeds ${SEED}-${SEED + 7})`, () => {
+  // Pieces 0-7: the idle peer holds them all; 8-15 only the peers that push (the newest pieces).
+  const all = new Set(Array.from({ length: 16 }, (_, i) => i));
+  const older = new Set(Array.from({ length: 8 }, (_, i) => i));
+  const pushing = { pushing: true, flowing: true, held: 16 };
+  const withRing = [
+    { peer: 'head', pieces: all, ring: pushing },
+    { peer: 'next', pieces: all, ring: pushing },
+    { peer: 'idle', pieces: older, ring: { pushing: false, flowing: true, held: 8 } },
+  ];
+  let byRarity = 0;
+  for (let seed = SEED; seed < SEED + 8; seed++) {
+    const picks = pickFallbackFetches(view({ peers: withRing }), limits, new Random(seed));
+    assert.equal(picks.length, limits.downloadsMax, `seed ${seed}`);
+    for (const pick of picks) {
+      assert.deepEqual(pick.source, { kind: 'peer', peer: 'idle' }, `seed ${seed}: piece ${pick.piece}`);
+      assert.ok(pick.piece < 8);
+    }
+    // By rarity alone (no ring in the maps) most would come from the pushing peers.
+    const plain = withRing.map(({ peer, pieces }) => ({ peer, pieces }));
+    for (const pick of pickFallbackFetches(view({ peers: plain }), limits, new Random(seed)))
+      if (pick.source.kind === 'peer' && pick.source.peer === 'idle') byRarity++;
+  }
+  assert.ok(byRarity <= 8, `${byRarity} of 32 picks from the idle peer by rarity alone`);
+  // Once the idle peer has nothing it lacks, a pushing one is the source: one fetch at a time.
+  const late = pickFallbackFetches(
+    view({ peers: withRing, holds: (piece) => piece < 8 }),
+    limits,
+    new Random(SEED),
+  );
+  assert.equal(late.length, 1);
+  assert.ok(late[0]!.source.kind === 'peer' && late[0]!.source.peer !== 'idle');
+  const busy = pickFallbackFetches(
+    view({ peers: withRing, holds: (piece) => piece < 8, running: 1 }),
+    limits,
+    new Random(SEED),
+  );
+  assert.deepEqual(busy, [], 'not while another fetch runs');
+});
+
+test('fallback, ring mode: a chain member whose feed ended subscribes again, moves up to the end of the chain ahead, or leads', () => {
+  const ring = (pushing: boolean, flowing: boolean, held: number, parent?: string) => ({
+    pushing,
+    flowing,
+    held,
+    ...(parent === undefined ? {} : { parent }),
+  });
+  const some = new Set([0]);
+  // Its last parent answers and pushes to nobody (a piece passed on was lost): that one again.
+  assert.deepEqual(
+    orphanMove(
+      'me',
+      40,
+      [
+        { peer: 'ahead', pieces: some, ring: ring(false, true, 90) },
+        { peer: 'parent', pieces: some, ring: ring(false, false, 38) },
+      ],
+      'parent',
+    ),
+    { kind: 'subscribe', peer: 'parent' },
+  );
+  // Its parent is gone (no answer): of the flowing peers holding more whose feed comes from the
+  // head, the one that holds the most and pushes to nobody; never one behind it (holding less),
+  // one that pushes, or one fed by a host on its own ('loose', fed by 'stray', which has no parent).
+  const peers = [
+    { peer: 'parent', pieces: undefined },
+    { peer: 'head', pieces: some, ring: { ...ring(true, true, 95), head: true } },
+    { peer: 'gap', pieces: some, ring: ring(false, true, 90, 'mid') },
+    { peer: 'mid', pieces: some, ring: ring(true, true, 92, 'head') },
+    { peer: 'stuck', pieces: some, ring: ring(false, false, 99) },
+    { peer: 'behind', pieces: some, ring: ring(false, true, 30, 'me') },
+    { peer: 'loose', pieces: some, ring: ring(false, true, 98, 'stray') },
+    { peer: 'stray', pieces: some, ring: ring(true, false, 97) },
+  ];
+  const named = (...names: string[]) => peers.filter((peer) => names.includes(peer.peer));
+  assert.deepEqual(orphanMove('me', 40, peers, 'parent'), { kind: 'subscribe', peer: 'gap' });
+  // Every one ahead pushes already, or hangs from no head: it fetches as any host on its own.
+  assert.deepEqual(orphanMove('me', 40, named('head', 'mid', 'behind', 'loose', 'stray'), 'parent'), {
+    kind: 'fetch',
+  });
+  // Nobody ahead (its chain's head died): it reads for the rest of the chain.
+  assert.deepEqual(orphanMove('me', 40, named('parent', 'stuck', 'behind'), 'parent'), { kind: 'head' });
+  // Never one fed, parent by parent, from this host: that closes a loop nobody feeds.
+  const loop = [
+    { peer: 'child', pieces: some, ring: ring(true, true, 39, 'me') },
+    { peer: 'tail', pieces: some, ring: ring(false, true, 50, 'child') },
+  ];
+  assert.deepEqual(orphanMove('me', 40, loop, 'tail'), { kind: 'fetch' }, 'not even its last parent');
+  // Peers outside ring mode (no ring in their maps) are nobody to subscribe to.
+  assert.deepEqual(orphanMove('me', 0, [{ peer: 'x', pieces: some }], undefined), { kind: 'head' });
 });

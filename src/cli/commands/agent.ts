@@ -196,6 +196,13 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
         `model ${model}: the ring feed from ${event.parent} ended (${event.reason}); the scheduler plans this host's pieces again\n`,
       );
       break;
+    case 'ring-own':
+      io.stdout(
+        event.parent === undefined
+          ? `model ${model}: no scheduler, and nobody ahead in the chain: this host reads the origin for the rest of it\n`
+          : `model ${model}: no scheduler: this host's chain feed ended, so it subscribed to ${event.parent} itself\n`,
+      );
+      break;
     case 'complete':
       originRetries.delete(event.model);
       io.stdout(`model ${model}: complete; seeding\n`);

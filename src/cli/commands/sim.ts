@@ -95,8 +95,8 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
       '--per-piece plans without rings or chains: drop --ring-push and --ring-chain',
     );
   // The scheduler's default: one chain while the swarm is short enough for the model
-  // (autoChainMembersMax); the hosts here all join at the start. Adversaries and a lost
-  // scheduler are simulated per piece only, so they keep it per piece.
+  // (autoChainMembersMax); the hosts here all join at the start. Adversaries are simulated per
+  // piece only, so they keep it per piece.
   const chainMembersMax = autoChainMembersMax(options.totalBytes);
   if (
     flags.perPiece !== true &&
@@ -104,8 +104,7 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     hosts >= 2 &&
     hosts <= chainMembersMax &&
     (options.liarHosts ?? 0) === 0 &&
-    (options.corruptHosts ?? 0) === 0 &&
-    options.schedulerLossAtMs === undefined
+    (options.corruptHosts ?? 0) === 0
   ) {
     options.ringPush = true;
     options.ringChain = true;
@@ -114,15 +113,10 @@ export function parseSimFlags(flags: SimFlags): SimOptions {
     throw new WeightcastError('USAGE', '--fail-hosts must leave at least one host');
   if (options.failHosts + (options.liarHosts ?? 0) + (options.corruptHosts ?? 0) >= hosts)
     throw new WeightcastError('USAGE', '--fail-hosts, --liars and --corrupt-hosts must leave an honest host');
-  if (
-    options.ringPush === true &&
-    ((options.liarHosts ?? 0) > 0 ||
-      (options.corruptHosts ?? 0) > 0 ||
-      options.schedulerLossAtMs !== undefined)
-  )
+  if (options.ringPush === true && ((options.liarHosts ?? 0) > 0 || (options.corruptHosts ?? 0) > 0))
     throw new WeightcastError(
       'USAGE',
-      '--ring-push does not simulate --liars, --corrupt-hosts or --scheduler-loss-s yet',
+      '--ring-push and --ring-chain do not simulate --liars or --corrupt-hosts yet',
     );
   if (
     options.ringPush !== true &&

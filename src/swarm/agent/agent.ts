@@ -770,9 +770,23 @@ export class Agent {
       }
       if (req.method === 'GET' && parts[3] === 'have' && parts.length === 4) {
         const entry = this.model(hex);
+        const flowing = entry.member.ringFlowing();
+        const parent = entry.member.ringFeedParent;
         return sendJson(res, 200, {
           pieceCount: entry.map.pieceCount,
           have: encodeBitfield(entry.map.pieceCount, (piece) => entry.store.has(piece)),
+          // In ring mode, what a chain member whose feed ended chooses its new parent by.
+          ...(flowing === undefined
+            ? {}
+            : {
+                ring: {
+                  pushing: this.peerWire.subscribers(hex) > 0,
+                  flowing,
+                  held: entry.store.heldCount,
+                  head: entry.member.ringReadsForChain,
+                  ...(parent === undefined ? {} : { parent }),
+                },
+              }),
         });
       }
       return notFound(req, res);

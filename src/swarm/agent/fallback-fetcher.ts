@@ -13,9 +13,11 @@ import {
   FALLBACK_ORIGIN_READS_MAX,
   FALLBACK_PUMP_EVERY_MS,
   afterPeerFetch,
+  orphanMove,
   pickFallbackFetches,
   ringFeedDelivers,
   type FallbackPeer,
+  type FallbackView,
 } from '../core/fallback.js';
 import { Random } from '../core/random.js';
 import type { ServiceAccess } from '../../auth/transport.js';
@@ -47,17 +49,32 @@ export interface FallbackFetcherOptions {
   fetchingAssigned(piece: number): boolean;
   /**
    * Ring mode: whether the feed from this host's ring parent is open and when it last pushed a
-   * piece (performance.now() ms), and whether the scheduler said this host heads a chain;
+   * piece (performance.now() ms), and whether the scheduler said this host heads a chain and its
+   * ring is a chain; `lostParent`, in a chain, the parent whose feed ended (none open since);
    * undefined outside ring mode.
    */
-  ring?(): { feedOpen: boolean; lastPushMs: number | undefined; head: boolean } | undefined;
+  ring?(): FallbackRing | undefined;
+  /** Ring mode: subscribes to a ring parent of this host's own choosing (`orphanMove`). */
+  subscribe?(url: string): void;
+  /** Ring mode: told when this host starts to lead what is left of its chain (`orphanMove`). */
+  leadsChain?(): void;
+}
+
+export interface FallbackRing {
+  feedOpen: boolean;
+  lastPushMs: number | undefined;
+  head: boolean;
+  chain: boolean;
+  lostParent: string | undefined;
+  /** When the feed ended (performance.now() ms): peers' maps older than that do not count. */
+  lostAtMs: number | undefined;
 }
 
 export class FallbackFetcher {
   /** Each known peer's last have-map; `busy` once it turned a fetch away since (fallback.ts). */
   private readonly peerHave = new Map<
     string,
-    { at: number; pieces: Set<number> | undefined; busy?: boolean }
+    { at: number; pieces: Set<number> | undefined; busy?: boolean; ring?: FallbackPeer<string>['ring'] }
   >();
   /** Busy answers in a row from each peer (0 once it serves a piece). */
   private readonly busyStreak = new Map<string, number>();
@@ -66,6 +83,8 @@ export class FallbackFetcher {
   private originReads = 0;
   /** When the member last went on its own (performance.now() ms); undefined while it has a scheduler. */
   private onOwnSince: number | undefined;
+  /** Ring mode: this host leads what is left of its chain (`orphanMove`), as of the last pump. */
+  actingHead = false;
   /** The policy's generator: seeded here, where randomness is allowed (the policy has none). */
   private readonly random = new Random(randomInt(2 ** 31));
 
@@ -93,8 +112,10 @@ export class FallbackFetcher {
     await Promise.all(
       this.options.knownPeers().map(async (peer) => {
         const known = this.peerHave.get(peer);
-        if (known !== undefined && now - known.at < FALLBACK_HAVE_REFRESH_MS) return;
+        const lostAtMs = this.options.ring?.()?.lostAtMs ?? Number.NEGATIVE_INFINITY;
+        if (known !== undefined && now - known.at < FALLBACK_HAVE_REFRESH_MS && known.at >= lostAtMs) return;
         let pieces: Set<number> | undefined;
+        let ring: FallbackPeer<string>['ring'];
         try {
           const raw = await callJson(`${peer}/v1/models/${model}/have`, 'a peer', {
             timeoutMs: 2000,
@@ -103,10 +124,11 @@ export class FallbackFetcher {
           });
           const have = parseMessage(haveSchema, raw, 'have');
           pieces = new Set(decodeBitfield(have.have, map.pieceCount));
+          ring = have.ring;
         } catch {
           pieces = undefined;
         }
-        this.peerHave.set(peer, { at: now, pieces });
+        this.peerHave.set(peer, { at: now, pieces, ...(ring === undefined ? {} : { ring }) });
       }),
     );
   }
@@ -124,13 +146,15 @@ export class FallbackFetcher {
         pieces: have?.pieces,
         ...(have?.busy === true ? { busy: true } : {}),
         ...(rackMates?.has(peer) === true ? { sameRack: true } : {}),
+        ...(have?.ring === undefined ? {} : { ring: have.ring }),
       };
     });
     const everyone = [...new Set([...known, this.options.selfUrl])].sort();
     // Its place among its rack-mates, itself included, in the order they all agree on.
     const mates =
       rackMates === undefined ? undefined : [...new Set([...rackMates, this.options.selfUrl])].sort();
-    const ring = this.ringView();
+    const ring = this.ringView(peers);
+    if (signal.aborted || !this.options.active()) return;
     const picks = pickFallbackFetches(
       {
         pieceCount: map.pieceCount,
@@ -157,13 +181,39 @@ export class FallbackFetcher {
       this.start(pick.piece, pick.source.kind === 'origin' ? 'origin' : pick.source.peer);
   }
 
-  private ringView(): { fed: boolean; head: boolean } | undefined {
+  /**
+   * The ring as the policy sees it. A chain member whose feed ended makes its move first
+   * (`orphanMove`): it subscribes to a peer, or leads what is left of the chain as its head.
+   */
+  private ringView(peers: FallbackPeer<string>[]): FallbackView<string>['ring'] {
     const ring = this.options.ring?.();
+    const wasActingHead = this.actingHead;
+    this.actingHead = false;
     if (ring === undefined) return undefined;
     const now = performance.now();
+    let head = ring.head;
+    if (ring.lostParent !== undefined && !ring.feedOpen) {
+      // Maps read before the feed ended show the chain as it was (its parent alive, the host ahead
+      // still pushing to it): no move on those, and nothing fetched meanwhile.
+      const lostAtMs = ring.lostAtMs ?? Number.NEGATIVE_INFINITY;
+      const stale = peers.some(
+        (peer) => (this.peerHave.get(peer.peer)?.at ?? Number.NEGATIVE_INFINITY) < lostAtMs,
+      );
+      if (stale) return { fed: true, head: false, chain: true };
+      const move = orphanMove(this.options.selfUrl, this.options.store.heldCount, peers, ring.lostParent);
+      if (move.kind === 'subscribe') {
+        this.options.subscribe?.(move.peer);
+        return this.ringView(peers.filter((peer) => peer.peer !== move.peer));
+      }
+      if (move.kind === 'head') {
+        head = this.actingHead = true;
+        if (!wasActingHead) this.options.leadsChain?.();
+      }
+    }
     return {
       fed: ringFeedDelivers(ring.feedOpen, ring.lastPushMs, this.onOwnSince ?? now, now),
-      head: ring.head,
+      head,
+      chain: ring.chain,
     };
   }
 

@@ -38,6 +38,7 @@ import {
 import { SchedulerSession, type MemberIdentity } from './scheduler-session.js';
 import { RingFeed } from './ring-feed.js';
 import { newBitfield, setBit } from '../core/bitfield.js';
+import { FALLBACK_FEED_QUIET_MS } from '../core/fallback.js';
 import type { RecentBudget, RecentPieces } from './recent-pieces.js';
 
 export type { MemberIdentity, MemberStats };
@@ -89,6 +90,11 @@ export type MemberEvent =
   | { type: 'scheduler-lost'; reason: string }
   /** Ring mode: the feed from the ring parent ended with an error (the scheduler is told). */
   | { type: 'ring-lost'; parent: string; reason: string }
+  /**
+   * Ring mode, no scheduler: the chain feed ended and this host subscribed to `parent` on its own,
+   * or (no parent) it leads what is left of its chain, reading the origin (fallback.ts orphanMove).
+   */
+  | { type: 'ring-own'; parent?: string }
   | PieceEvent
   | { type: 'complete' }
   | { type: 'failed'; code: string; reason: string };
@@ -189,6 +195,14 @@ export class SwarmMember {
   private ringTold = false;
   /** Ring mode: the scheduler said this host heads a chain. */
   private ringHead = false;
+  /** Ring mode: the scheduler said this host's ring is a chain. */
+  private ringChain = false;
+  /** Ring mode: the parent the scheduler named last (ringParent differs while `ringOwn`). */
+  private ringPlanned: string | undefined;
+  /** Ring mode: this host subscribed to a parent of its own choosing while the scheduler was gone. */
+  private ringOwn = false;
+  /** Ring mode: when the last feed ended on its own (performance.now() ms). */
+  private ringEndedAt: number | undefined;
   /** Ring mode: when the feed last pushed a piece that verified (performance.now() ms). */
   private ringPushedAt: number | undefined;
   /** Subscriptions the parent refused as not yet joined to the model, in a row; the retry's timer. */
@@ -271,8 +285,14 @@ export class SwarmMember {
               feedOpen: this.ringFeed !== undefined,
               lastPushMs: this.ringPushedAt,
               head: this.ringHead,
+              chain: this.ringChain,
+              lostParent:
+                this.ringChain && !this.ringHead && this.ringFeed === undefined ? this.ringParent : undefined,
+              lostAtMs: this.ringEndedAt,
             }
           : undefined,
+      subscribe: (url) => this.subscribeOnOwn(url),
+      leadsChain: () => this.options.onEvent?.({ type: 'ring-own' }),
     });
   }
 
@@ -437,6 +457,7 @@ export class SwarmMember {
       onEnd: (error) => {
         if (this.ringFeed !== feed) return;
         this.ringFeed = undefined;
+        this.ringEndedAt = performance.now();
         if (error === undefined || this.controller.signal.aborted) return;
         // A parent that registered a moment ago may still be opening the model (its member starts
         // before its store is open): asked again shortly, a few times, before the link is given up.
@@ -457,6 +478,41 @@ export class SwarmMember {
       },
     });
     this.ringFeed = feed;
+  }
+
+  /**
+   * Without a scheduler, a chain member whose feed ended subscribes to the peer it chose
+   * (fallback.ts `orphanMove`); the feed counts as delivering for FALLBACK_FEED_QUIET_MS from now.
+   */
+  private subscribeOnOwn(url: string): void {
+    this.ringOwn = true;
+    this.setRingParent(url);
+    this.ringPushedAt = performance.now();
+    this.options.onEvent?.({ type: 'ring-own', parent: url });
+  }
+
+  /**
+   * Ring mode: whether pieces keep coming to this host (its feed delivered in the last
+   * FALLBACK_FEED_QUIET_MS, or it reads the origin for its chain), for its have-map; undefined
+   * outside ring mode.
+   */
+  /** Ring mode: whether this host reads the origin for its chain (told so, or on its own), for its have-map. */
+  get ringReadsForChain(): boolean {
+    return this.ringHead || this.fallback.actingHead;
+  }
+
+  /** Ring mode: the parent whose feed is open now, for its have-map. */
+  get ringFeedParent(): string | undefined {
+    return this.ringFeed === undefined ? undefined : this.ringParent;
+  }
+
+  ringFlowing(): boolean | undefined {
+    if (!this.ringTold) return undefined;
+    if (this.ringHead || this.fallback.actingHead) return true;
+    const last = this.ringPushedAt;
+    return (
+      this.ringFeed !== undefined && last !== undefined && performance.now() - last < FALLBACK_FEED_QUIET_MS
+    );
   }
 
   /**
@@ -482,7 +538,14 @@ export class SwarmMember {
     if (reply.ring !== undefined) {
       this.ringTold = true;
       this.ringHead = reply.ring.parent === undefined && reply.ring.head === true;
+      this.ringChain = reply.ring.chain === true || this.ringHead;
+      this.ringPlanned = reply.ring.parent;
+      this.ringOwn = false;
       this.setRingParent(reply.ring.parent);
+    } else if (this.ringOwn) {
+      // The scheduler is back: its plan again (it moves a parent that is gone).
+      this.ringOwn = false;
+      this.setRingParent(this.ringPlanned);
     }
     for (const transferId of reply.cancellations) {
       this.fetches.get(transferId)?.controller.abort();

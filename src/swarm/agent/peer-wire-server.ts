@@ -101,6 +101,11 @@ export class PeerWireServer {
 
   constructor(private readonly options: PeerWireServerOptions) {}
 
+  /** Ring subscriptions open for the model with this digest (hex): children this agent pushes to. */
+  subscribers(modelHex: string): number {
+    return this.subscriptions.get(modelHex) ?? 0;
+  }
+
   /** Whether an upgrade request asks for the peer wire. */
   static wants(req: IncomingMessage): boolean {
     return req.headers.upgrade?.trim().toLowerCase() === PEER_WIRE_UPGRADE;

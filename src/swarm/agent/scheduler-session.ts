@@ -412,6 +412,10 @@ export class SchedulerSession {
     this.deferTimer = undefined;
     this.host = registered.host;
     this.schedulerDown = false;
+    if (registered.peers !== undefined) {
+      this.knownPeers = registered.peers;
+      this.knownRackPeers = registered.rackPeers;
+    }
     this.lastLoss = undefined;
     this.options.onRegistered(registered.host);
     // The first transfers start now, and a ring feed opens; reports wait for the channel, which opens next.

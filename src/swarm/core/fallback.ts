@@ -25,11 +25,14 @@
  *   once (100 hosts in 2, 5, 10 racks, the scheduler lost at 3 s: 47.6, 36.8, 23.5 s -> 11.7, 12.4,
  *   12.9 s); an idle host takes one such piece from another rack all the same, so a rack-mate that
  *   is gone stalls nothing;
- * - in ring mode (ring-plan.ts) the pushes go on without a scheduler, so a member fed by a ring
- *   parent whose feed still delivers fetches only blocked pieces (its fetches would race the pushes
- *   for its link and read the origin a second time), and a host at the head of a chain reads every
- *   piece nobody holds from the origin, its stripe or not: the chain behind it lives on its reads
- *   (`FallbackView.ring`, `ringFeedDelivers`).
+ * - in ring mode (ring-plan.ts) the pushes go on without a scheduler. In a chain, a member fed by
+ *   a ring parent whose feed still delivers fetches only blocked pieces (its fetches would race the
+ *   pushes for its link and read the origin a second time), and the head reads every piece nobody
+ *   holds from the origin, its stripe or not: the chain behind it lives on its reads
+ *   (`FallbackView.ring`, `ringFeedDelivers`); no other member reads the origin but for blocked
+ *   pieces. A member whose feed ended finds its place again first (`orphanMove`). A ring has no head: nobody would read a piece no
+ *   member holds, its feeds would go quiet together and open again with every read (simulated: 8
+ *   hosts, the scheduler lost at 3 s, 0.14 of the bound), so its members fetch as any host does.
  */
 
 import type { Random } from './random.js';
@@ -45,6 +48,13 @@ export interface FallbackPeer<P> {
   busy?: boolean;
   /** It is in this host's rack (racks known: `FallbackView.rackStripe`). */
   sameRack?: boolean;
+  /**
+   * Ring mode, as its last have-map said: `pushing`, it pushes to a ring child (its upload carries
+   * the rest of its chain, so it is a source only for pieces no holder that pushes nothing has);
+   * `flowing`, pieces keep coming to it (its feed delivers, or it heads a chain); `held`, the pieces
+   * it held; `parent`, whose feed it takes; `head`, it reads the origin for its chain.
+   */
+  ring?: { pushing: boolean; flowing: boolean; held: number; parent?: P | undefined; head?: boolean };
 }
 
 export interface FallbackView<P> {
@@ -70,11 +80,11 @@ export interface FallbackView<P> {
    */
   rackStripe?: { index: number; count: number };
   /**
-   * Ring mode: `fed`, a ring parent's feed delivers to this host (`ringFeedDelivers`): only blocked
-   * pieces are fetched; `head`, this host heads a chain (the scheduler said so): no stripe, every
-   * piece nobody holds is its to read from the origin.
+   * Ring mode: `fed`, a ring parent's feed delivers to this host (`ringFeedDelivers`); `chain`, its
+   * ring is a chain: fed, only blocked pieces are fetched; `head`, this host heads a chain (the
+   * scheduler said so): no stripe, every piece nobody holds is its to read from the origin.
    */
-  ring?: { fed: boolean; head: boolean };
+  ring?: { fed: boolean; head: boolean; chain: boolean };
 }
 
 /**
@@ -94,6 +104,61 @@ export function ringFeedDelivers(
 ): boolean {
   if (!feedOpen) return false;
   return nowMs - Math.max(lastPushMs ?? onOwnSinceMs, onOwnSinceMs) < FALLBACK_FEED_QUIET_MS;
+}
+
+/**
+ * What a chain member whose feed closed does while the scheduler is gone (its parent died, or cut
+ * it off): its part of the chain would otherwise fetch piece by piece from hosts whose uploads carry
+ * the chain ahead of it, and slow them (simulated: 8 hosts, one failing after the scheduler went,
+ * 13.9-14.7 s per piece, 16.4-18.1 s chained).
+ * - Its last parent answered and pushes to nobody: `subscribe` to it again. A piece cut through
+ *   and lost closes every feed behind it, parents alive or not; this mends those links as they were.
+ * - Else, of the peers that push to nobody and whose feed comes, parent by parent, from a head
+ *   (the end of the chain ahead: the host before the gap), `subscribe` to the one that holds the
+ *   most. Not to a host that fetches on its own, nor one fed by it: 64 hosts losing 5 after the
+ *   scheduler took 20.8 s instead of 12.5 when part of the chain hung behind such a host.
+ * - None: if some peer whose pieces keep coming holds more than it does, `fetch` as any host on
+ *   its own does; else it leads what is left of the chain, and reads as its `head` (the head died).
+ * Never a peer whose feed comes, by the parents the maps name, from `self`: that would close a
+ * loop with no head.
+ */
+export type OrphanMove<P> = { kind: 'subscribe'; peer: P } | { kind: 'fetch' } | { kind: 'head' };
+
+export function orphanMove<P>(
+  self: P,
+  held: number,
+  peers: ReadonlyArray<FallbackPeer<P>>,
+  lastParent?: P,
+): OrphanMove<P> {
+  const parentOf = new Map<P, P | undefined>();
+  for (const peer of peers) parentOf.set(peer.peer, peer.ring?.parent);
+  const headOf = new Map<P, boolean>();
+  for (const peer of peers) headOf.set(peer.peer, peer.ring?.head === true);
+  /** Where a peer's feed comes from, parent by parent: this host, a head, or neither. */
+  const rootOf = (peer: P): 'self' | 'head' | undefined => {
+    let at: P | undefined = peer;
+    for (let hops = 0; at !== undefined && hops <= peers.length; hops++) {
+      if (at === self) return 'self';
+      if (headOf.get(at) === true) return 'head';
+      at = parentOf.get(at);
+    }
+    return undefined;
+  };
+  const candidate = (peer: FallbackPeer<P>): boolean =>
+    peer.ring?.pushing === false && rootOf(peer.peer) !== 'self';
+  let ahead = false;
+  let best: { peer: P; held: number } | undefined;
+  for (const peer of peers) {
+    const ring = peer.ring;
+    if (ring !== undefined && peer.peer === lastParent && peer.pieces !== undefined && candidate(peer))
+      return { kind: 'subscribe', peer: peer.peer };
+    if (ring === undefined) continue;
+    if (candidate(peer) && rootOf(peer.peer) === 'head' && (best === undefined || ring.held > best.held))
+      best = { peer: peer.peer, held: ring.held };
+    if (ring.flowing && ring.held > held) ahead = true;
+  }
+  if (best !== undefined) return { kind: 'subscribe', peer: best.peer };
+  return ahead ? { kind: 'fetch' } : { kind: 'head' };
 }
 
 export interface FallbackLimits {
@@ -168,8 +233,11 @@ export function pickFallbackFetches<P>(
     tried.delete(piece);
     rest?.push(piece);
   };
-  const holdersOf = (piece: number): FallbackPeer<P>[] =>
-    view.peers.filter((peer) => peer.busy !== true && peer.pieces?.has(piece) === true);
+  const holdersOf = (piece: number): FallbackPeer<P>[] => {
+    const holders = view.peers.filter((peer) => peer.busy !== true && peer.pieces?.has(piece) === true);
+    const idle = holders.filter((peer) => peer.ring?.pushing !== true);
+    return idle.length > 0 ? idle : holders;
+  };
   const heldByBusy = (piece: number): boolean =>
     view.peers.some((peer) => peer.busy === true && peer.pieces?.has(piece) === true);
   const fromPeer = (piece: number, holders: FallbackPeer<P>[]): void => {
@@ -190,8 +258,8 @@ export function pickFallbackFetches<P>(
     if (holders.length > 0) fromPeer(piece, holders);
     else if (originReads < limits.originReadsMax) fromOrigin(piece);
   }
-  // Every other piece comes with the ring parent's pushes.
-  if (view.ring?.fed === true) return picks;
+  // In a chain, every other piece comes with the ring parent's pushes.
+  if (view.ring?.fed === true && view.ring.chain) return picks;
   // Pieces are drawn at random among the wanted ones: by rejection while most are wanted (no pass
   // over every piece per call), from a list of the rest once few are left.
   const tried = new Set<number>();
@@ -210,6 +278,8 @@ export function pickFallbackFetches<P>(
   };
   /** Pieces nobody known holds, outside this host's stripe: read only when there is nothing else. */
   const elsewhere: number[] = [];
+  // In a chain the origin is its head's to read (orphanMove makes a head where the head died).
+  const readsOrigin = view.ring === undefined || !view.ring.chain || view.ring.head;
   const stripe = view.ring?.head === true ? undefined : view.stripe;
   const mine = (piece: number): boolean => stripe === undefined || piece % stripe.count === stripe.index;
   const rackStripe = view.rackStripe;
@@ -217,6 +287,8 @@ export function pickFallbackFetches<P>(
     rackStripe === undefined || piece % rackStripe.count === rackStripe.index;
   /** Pieces only other racks hold, outside this host's rack stripe: fetched only when idle. */
   const remote: Array<{ piece: number; holders: FallbackPeer<P>[] }> = [];
+  /** Pieces only hosts pushing to a ring child hold: fetched only when idle. */
+  const pushedOnly: Array<{ piece: number; holders: FallbackPeer<P>[] }> = [];
   for (let round = 0; running < limits.downloadsMax && round < FALLBACK_ROUNDS_MAX; round++) {
     let best: { piece: number; holders: FallbackPeer<P>[] } | undefined;
     const drawn: number[] = [];
@@ -243,15 +315,23 @@ export function pickFallbackFetches<P>(
           continue;
         }
       }
-      if (best === undefined || holders.length < best.holders.length) best = { piece, holders };
+      if (best === undefined || betterSource(holders, best.holders)) best = { piece, holders };
     }
     if (drawn.length === 0) break;
+    if (best !== undefined && best.holders[0]?.ring?.pushing === true) {
+      // Only hosts that push on to a ring child hold it (betterSource put it last): each fetch from
+      // one takes a share of its upload from the chain behind it, so one such fetch at a time.
+      pushedOnly.push(best);
+      for (const piece of drawn) if (piece !== best.piece) forget(piece);
+      continue;
+    }
     if (best !== undefined) {
       fromPeer(best.piece, best.holders);
       // The other drawn pieces may be drawn again for the next fetch.
       for (const piece of drawn) if (piece !== best.piece) forget(piece);
       continue;
     }
+    if (!readsOrigin) continue;
     for (const piece of unheld) {
       if (originReads < limits.originReadsMax && running < limits.downloadsMax && mine(piece))
         fromOrigin(piece);
@@ -265,11 +345,31 @@ export function pickFallbackFetches<P>(
     fromPeer(chosen.piece, chosen.holders);
     return picks;
   }
+  if (running === 0 && pushedOnly.length > 0) {
+    const chosen = pushedOnly[random.below(pushedOnly.length)] as {
+      piece: number;
+      holders: FallbackPeer<P>[];
+    };
+    fromPeer(chosen.piece, chosen.holders);
+    return picks;
+  }
   if (running === 0 && elsewhere.length > 0 && originReads < limits.originReadsMax) {
     fromOrigin(takeRandom(elsewhere, random));
   }
   return picks;
 }
+/**
+ * Whether a drawn piece with these holders is a better fetch than the best so far: one a holder
+ * that pushes nothing has comes first (the rarest pieces are the newest, which only the hosts
+ * pushing them on hold yet: fetching those would slow their chains), then the rarer.
+ */
+function betterSource<P>(holders: FallbackPeer<P>[], best: FallbackPeer<P>[]): boolean {
+  const idle = holders[0]?.ring?.pushing !== true;
+  const bestIdle = best[0]?.ring?.pushing !== true;
+  if (idle !== bestIdle) return idle;
+  return holders.length < best.length;
+}
+
 /** Random draws tried before the wanted pieces are listed (most draws hit while most are wanted). */
 const REJECTION_DRAWS = 16;
 

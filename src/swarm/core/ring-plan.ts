@@ -166,6 +166,11 @@ export class RingPlan {
     return this.cutHosts.has(host);
   }
 
+  /** Whether the plan makes chains (rings otherwise). */
+  get chains(): boolean {
+    return this.chain;
+  }
+
   /** In a chain: whether `host` is its chain's first member (the one that reads the origin). */
   isHead(host: HostId): boolean {
     const ring = this.ringOfHost.get(host);

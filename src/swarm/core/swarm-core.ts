@@ -352,6 +352,20 @@ export class SwarmCore {
    * unknown, finished, cancelled or already ending transfer changes nothing, and so does one for a
    * host already ending downloadsPerHostMax transfers (which bounds its transfers in flight).
    */
+  /**
+   * Ring mode: a push of `piece` from `parent` failed `host`'s check, and the shell settled that
+   * the parent sent it (it did not pass it on from its own parent): weighed as a corrupt transfer
+   * from the parent is, so `host` fetches nothing more from it and a third host re-checks it.
+   */
+  handleCorruptPush(nowMs: number, host: HostId, parent: HostId, piece: number): void {
+    this.tick(nowMs);
+    if (host === parent || !this.isPresent(host) || !this.isPresent(parent)) return;
+    if (!Number.isInteger(piece) || piece < 0 || piece >= this.pieceCount) return;
+    this.stats.transfersCorrupt++;
+    if (this.parents.distrusted[host] === 1) this.ignoredReports[host]!++;
+    this.onCorrupt(host, parent, piece);
+  }
+
   handleTransferEnding(nowMs: number, transferId: number): void {
     this.tick(nowMs);
     const slot = this.transfers.slotOf(transferId);

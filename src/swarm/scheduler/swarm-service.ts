@@ -214,12 +214,16 @@ export class SwarmService {
     // Ring news goes with the answer: the feed opens a round trip sooner than with the first sync.
     const ringNews = entry.ringNews;
     delete entry.ringNews;
+    // So do the peers: a chain member's syncs wait while its pushes carry everything, and without
+    // a scheduler the peers that joined before it (ahead of it in the chain) are whom it turns to.
+    entry.peersSent = this.membership;
     return {
       host: id,
       pieceCount: this.map.pieceCount,
       hostTimeoutMs: this.options.hostTimeoutMs,
       ...(message.assignmentsInReply === true ? { assignments: entry.outbox.splice(0) } : {}),
       ...(ringNews === undefined ? {} : { ring: this.ringReply(entry, ringNews) }),
+      ...this.peersFor(entry),
     };
   }
 
@@ -296,10 +300,14 @@ export class SwarmService {
     return reply;
   }
 
-  /** Ring news for a reply: the parent's URL, or none, and then whether the host heads a chain. */
+  /**
+   * Ring news for a reply: the parent's URL, or none, and then whether the host heads a chain; and
+   * whether its ring is a chain.
+   */
   private ringReply(entry: HostEntry, news: string): NonNullable<SyncReply['ring']> {
-    if (news !== '') return { parent: news };
-    return this.ring?.isHead(entry.id) === true ? { head: true } : {};
+    const chain = this.ring?.chains === true ? { chain: true } : {};
+    if (news !== '') return { parent: news, ...chain };
+    return this.ring?.isHead(entry.id) === true ? { head: true, ...chain } : {};
   }
 
   /** Parks a sync until there is work for it (or `leave`/timeout); `wake` answers it. */
@@ -484,8 +492,17 @@ export class SwarmService {
       for (const report of batch.reports) {
         const entry = this.hosts.get(report.host);
         if (entry === undefined || entry.name !== report.name) continue;
-        if (report.parentUrl !== undefined && reporters.has(report.parentUrl)) passedOn.push(entry);
-        else this.ringLost(nowMs, entry, report.parentUrl);
+        if (report.parentUrl !== undefined && reporters.has(report.parentUrl)) {
+          passedOn.push(entry);
+          continue;
+        }
+        // The parent sent it: the core weighs it as a corrupt transfer (no fetches from that parent
+        // for this host, a re-check by a third), or it would plan this host's pieces from it next.
+        const parent = this.ring?.parentOf(entry.id) ?? NO_PARENT;
+        const parentEntry = parent === NO_PARENT ? undefined : this.hosts.get(parent);
+        if (parentEntry !== undefined && parentEntry.url === report.parentUrl)
+          this.core.handleCorruptPush(nowMs, entry.id, parent, piece);
+        this.ringLost(nowMs, entry, report.parentUrl);
       }
       for (const entry of passedOn) {
         const parent = this.ring?.parentOf(entry.id) ?? NO_PARENT;

@@ -116,11 +116,13 @@ export type WireAssignment = s.Infer<typeof assignmentSchema>;
 /**
  * Ring mode: this host's ring parent (a base URL) to subscribe to, or, without it, none; `head`:
  * without a parent, this host heads a chain (it reads the origin for the chain, on its own too if
- * the scheduler goes quiet).
+ * the scheduler goes quiet); `chain`: its ring is a chain (so without a scheduler the pushes bring
+ * every piece, and a member they still feed fetches only blocked pieces).
  */
 const ringNewsSchema = s.object({
   parent: s.optional(s.string({ max: 2048 })),
   head: s.optional(s.boolean()),
+  chain: s.optional(s.boolean()),
 });
 
 export const registeredSchema = s.object({
@@ -132,6 +134,9 @@ export const registeredSchema = s.object({
   assignments: s.optional(s.array(assignmentSchema, { max: SYNC_ITEMS_MAX })),
   /** Ring mode: the host's place, at once (its feed opens before the sync channel does). */
   ring: s.optional(ringNewsSchema),
+  /** The peers this host may use on its own, as in a sync reply (`syncReplySchema`). */
+  peers: s.optional(s.array(s.string({ max: 2048 }), { max: 1024 })),
+  rackPeers: s.optional(s.count(1024)),
 });
 export type Registered = s.Infer<typeof registeredSchema>;
 
@@ -186,7 +191,24 @@ export const swarmStatusSchema = s.object({
 });
 export type SwarmStatus = s.Infer<typeof swarmStatusSchema>;
 
-export const haveSchema = s.object({ pieceCount: id, have: s.string() });
+/**
+ * A peer's have-map. In ring mode also its ring (fallback.ts FallbackPeer.ring): whether it pushes
+ * to a ring child, whether pieces keep coming to it, how many it holds, whose feed it takes, and
+ * whether it reads the origin for its chain.
+ */
+export const haveSchema = s.object({
+  pieceCount: id,
+  have: s.string(),
+  ring: s.optional(
+    s.object({
+      pushing: s.boolean(),
+      flowing: s.boolean(),
+      held: id,
+      parent: s.optional(s.string({ max: 2048 })),
+      head: s.optional(s.boolean()),
+    }),
+  ),
+});
 export type Have = s.Infer<typeof haveSchema>;
 
 export const errorBodySchema = s.object({ code: s.string(), message: s.string() });
