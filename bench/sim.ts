@@ -78,6 +78,22 @@ const CASES: Case[] = [
     pieceBytes: 4 * MiB,
     schedulerLossAtMs: 3000,
   }),
+  scenario('N=10, one chain, scheduler lost at 3 s, 2 hosts fail', {
+    hosts: 10,
+    totalBytes: 10e9,
+    pieceBytes: 16 * MiB,
+    schedulerLossAtMs: 3000,
+    failHosts: 2,
+    ringPush: true,
+    ringChain: true,
+  }),
+  scenario('N=10, per piece, scheduler lost at 3 s, 2 hosts fail', {
+    hosts: 10,
+    totalBytes: 10e9,
+    pieceBytes: 16 * MiB,
+    schedulerLossAtMs: 3000,
+    failHosts: 2,
+  }),
   scenario('N=100, 5 hosts make up corrupt reports', {
     hosts: 100,
     totalBytes: 10e9,

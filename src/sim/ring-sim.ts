@@ -103,6 +103,8 @@ export class RingSim {
   private readonly unreported = new Map<number, number[]>();
   private nextPushId = PUSH_IDS_FROM;
   private nextReportMs: number;
+  /** Feeds broken on a truncated push, to open again (reopenFeeds). */
+  private readonly reopen: Array<{ child: number; parent: number }> = [];
   /** Per host: the parent whose pushes feed it now. */
   private readonly feedParent = new Map<number, number>();
   /** Per host whose feed closed: the parent that fed it last. */
@@ -282,6 +284,7 @@ export class RingSim {
       this.stopPushing(host);
       const parent = this.feedParent.get(host);
       if (parent !== undefined) this.stopPushing(parent);
+      this.reopenFeeds(nowMs);
       return;
     }
     this.plan.leave(nowMs, host);
@@ -289,6 +292,18 @@ export class RingSim {
     for (const [parent, pushing] of this.pushing) if (pushing.child === host) this.stopPushing(parent);
     this.unreported.delete(host);
     this.applyChanges(nowMs);
+  }
+
+  /**
+   * Feeds that broke on a truncated push open again to the same parent, as a member's does (it
+   * subscribes again at once: member.ts RING_RECONNECTS_MAX): its pusher starts over from what the
+   * child holds. A parent that no longer pushes to that child (gone, or moved) is left alone.
+   */
+  private reopenFeeds(nowMs: number): void {
+    for (let reopen = this.reopen.shift(); reopen !== undefined; reopen = this.reopen.shift()) {
+      const { child, parent } = reopen;
+      if (this.pushing.get(parent)?.child === child) this.subscribe(nowMs, child, parent);
+    }
   }
 
   /**
@@ -337,6 +352,7 @@ export class RingSim {
   private applyChanges(nowMs: number): void {
     for (let changes = this.plan.pollChanges(); changes.length > 0; changes = this.plan.pollChanges())
       for (const change of changes) this.applyChange(nowMs, change);
+    this.reopenFeeds(nowMs);
   }
 
   private applyChange(nowMs: number, { host, parent, ring }: RingParentChange): void {
@@ -365,6 +381,7 @@ export class RingSim {
     assert(this.goneSinceMs !== undefined, 'a subscription of its own, with a scheduler');
     if (this.pushing.has(parent)) return false;
     this.subscribe(nowMs, child, parent);
+    this.reopenFeeds(nowMs);
     // Its feed counts as delivering for a while, as the member's does once it subscribes.
     this.lastPushAt.set(child, nowMs);
     return true;
@@ -464,10 +481,8 @@ export class RingSim {
     const pushing = this.pushing.get(next.parent);
     if (pushing?.live === passed) pushing.live = undefined;
     this.dropFlow(passed, next);
-    // The child's feed broke on a truncated push. The scheduler cuts its link (applied with the
-    // change that dropped this push: applyChanges runs until there are none); without one, the
-    // feed stays closed.
-    if (this.goneSinceMs === undefined) this.plan.cut(next.child);
-    else this.stopPushing(next.parent);
+    // The child's feed broke on a truncated push: it opens again (reopenFeeds, once the change
+    // that dropped this push is applied).
+    this.reopen.push({ child: next.child, parent: next.parent });
   }
 }

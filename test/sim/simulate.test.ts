@@ -388,17 +388,17 @@ test('ring mode cut-through: one long chain passes pieces on as they land, one f
   );
 });
 
-test('ring mode cut-through: a host that fails mid-push cuts the pushes passing its piece on, and every survivor completes', () => {
-  let cuts = 0;
+test('ring mode cut-through: a host that fails mid-push loses the pushes passing its piece on; those feeds open again, as members do', () => {
   for (const seed of [46, 47, 48]) {
     const run = simulate(options({ seed, hosts: 20, failHosts: 4, ringPush: true, ringChain: true }));
     assert.equal(run.incomplete, false, `seed ${seed}`);
     assert.equal(run.hostsCompleted, 16, `seed ${seed}`);
     assert.ok(run.originRatio <= 1.05, `seed ${seed}: origin sent ${run.originRatio} x S`);
-    cuts += run.ringCuts;
+    // Cut, the hosts behind each failure went per piece and fetched from the chain's pushing
+    // hosts, slowing it (10 hosts x 10 Gbit/s, 10 GB, 2 failing: 0.61-0.65 of the bound, now 0.99).
+    assert.equal(run.ringCuts, 0, `seed ${seed}: a feed broken on a truncated push was cut`);
+    assert.ok(run.efficiency >= 0.9, `seed ${seed}: ${run.efficiency}`);
   }
-  // The child of a failed host was passing its last piece on: the grandchild's feed broke.
-  assert.ok(cuts > 0, 'no link was cut: the truncated pushes were not followed');
 });
 
 test("the simulated first read is the agents' low-water ceiling", () => {
