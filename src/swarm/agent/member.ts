@@ -491,11 +491,6 @@ export class SwarmMember {
     this.options.onEvent?.({ type: 'ring-own', parent: url });
   }
 
-  /**
-   * Ring mode: whether pieces keep coming to this host (its feed delivered in the last
-   * FALLBACK_FEED_QUIET_MS, or it reads the origin for its chain), for its have-map; undefined
-   * outside ring mode.
-   */
   /** Ring mode: whether this host reads the origin for its chain (told so, or on its own), for its have-map. */
   get ringReadsForChain(): boolean {
     return this.ringHead || this.fallback.actingHead;
@@ -506,6 +501,11 @@ export class SwarmMember {
     return this.ringFeed === undefined ? undefined : this.ringParent;
   }
 
+  /**
+   * Ring mode: whether pieces keep coming to this host (its feed delivered in the last
+   * FALLBACK_FEED_QUIET_MS, or it reads the origin for its chain), for its have-map; undefined
+   * outside ring mode.
+   */
   ringFlowing(): boolean | undefined {
     if (!this.ringTold) return undefined;
     if (this.ringHead || this.fallback.actingHead) return true;

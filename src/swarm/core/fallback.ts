@@ -30,9 +30,10 @@
  *   pushes for its link and read the origin a second time), and the head reads every piece nobody
  *   holds from the origin, its stripe or not: the chain behind it lives on its reads
  *   (`FallbackView.ring`, `ringFeedDelivers`); no other member reads the origin but for blocked
- *   pieces. A member whose feed ended finds its place again first (`orphanMove`). A ring has no head: nobody would read a piece no
- *   member holds, its feeds would go quiet together and open again with every read (simulated: 8
- *   hosts, the scheduler lost at 3 s, 0.14 of the bound), so its members fetch as any host does.
+ *   pieces. A member whose feed ended finds its place again first (`orphanMove`). A ring has no
+ *   head: nobody would read a piece no member holds, its feeds would go quiet together and open
+ *   again with every read (simulated: 8 hosts, the scheduler lost at 3 s, 0.14 of the bound), so
+ *   its members fetch as any host does.
  */
 
 import type { Random } from './random.js';
