@@ -6,7 +6,12 @@ import { merkleRoot } from '../../src/manifest/merkle.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
 import { SWARM_SERVICE_DEFAULTS, SwarmService, coreConfig } from '../../src/swarm/scheduler/swarm-service.js';
 import { CHAIN_HOP_LAG_BYTES, autoChainMembersMax } from '../../src/swarm/core/ring-plan.js';
-import { encodeBitfield, type Report, type WireAssignment } from '../../src/swarm/wire/protocol.js';
+import {
+  encodeBitfield,
+  type Registered,
+  type Report,
+  type WireAssignment,
+} from '../../src/swarm/wire/protocol.js';
 
 function fakeManifest(pieces: number, pieceSize = 65536): Manifest {
   const digests = Array.from({ length: pieces }, (_, i) =>
@@ -37,14 +42,19 @@ function register(
 }
 
 /** Registers `name` and returns the ring news its registration's answer carried (undefined: none). */
-function registerRing(service: SwarmService, now: number, name: string): [number, unknown] {
-  const reply = service.register(now, {
+/** A host holding nothing registers; the registration's whole answer. */
+function registerAnswer(service: SwarmService, now: number, name: string): Registered {
+  return service.register(now, {
     name,
     url: `http://127.0.0.1:1/${name}`,
     uploadBytesPerSecond: 1e8,
     downloadBytesPerSecond: 1e8,
     have: encodeBitfield(service.map.pieceCount, () => false),
   });
+}
+
+function registerRing(service: SwarmService, now: number, name: string): [number, unknown] {
+  const reply = registerAnswer(service, now, name);
   return [reply.host, reply.ring];
 }
 
@@ -243,13 +253,7 @@ describe('SwarmService (scheduler shell, fake time)', () => {
   it('lists the peers in the registration answer, then in a reply only when hosts joined or left since the last one', () => {
     const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
     const peersOnJoining = (name: string): [number, string[] | undefined] => {
-      const answer = service.register(0, {
-        name,
-        url: `http://127.0.0.1:1/${name}`,
-        uploadBytesPerSecond: 1e8,
-        downloadBytesPerSecond: 1e8,
-        have: encodeBitfield(service.map.pieceCount, () => false),
-      });
+      const answer = registerAnswer(service, 0, name);
       return [answer.host, answer.peers];
     };
     const [a, aPeers] = peersOnJoining('a');
@@ -279,13 +283,7 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.deepEqual(reply.peers, ['http://127.0.0.1:1/c', 'http://127.0.0.1:1/b']);
     assert.equal(reply.rackPeers, 1);
     // A host without a rack gets the list alone (here in its registration's answer).
-    const plain = service.register(0, {
-      name: 'd',
-      url: 'http://127.0.0.1:1/d',
-      uploadBytesPerSecond: 1e8,
-      downloadBytesPerSecond: 1e8,
-      have: encodeBitfield(service.map.pieceCount, () => false),
-    });
+    const plain = registerAnswer(service, 0, 'd');
     assert.equal(plain.peers?.length, 3);
     assert.equal(plain.rackPeers, undefined);
   });
