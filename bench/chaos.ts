@@ -7,6 +7,8 @@
  * - kill-agents: kill -9 of a quarter of the agents and their pulls at 30 % of the fault-free time,
  *   then each agent started again on its cache and port, and its pull again;
  * - stop-scheduler: SIGSTOP of the scheduler for 20 s, then SIGCONT;
+ * - stop-scheduler-kill: the same, and 6 s into the stop (the members on their own) kill -9 of the
+ *   kill-agents row's hosts, restarted as there: two faults at once;
  * - restart-scheduler: kill -9 of the scheduler, and a new one on the same address and port;
  * - origin-503: the origin answers every request 503 for 10 s (`chaos/fault-origin.ts`);
  * - corrupt-peer: one agent serves wrong bytes from the start (its hidden --inject-corrupt-uploads);
@@ -47,6 +49,7 @@ import {
   ORIGIN_OUTAGE_MS,
   parseChaosOptions,
   rowTimeoutMs,
+  KILL_AFTER_STOP_MS,
   SCHEDULER_STOP_MS,
   type ChaosOptions,
   type FaultTargets,
@@ -265,18 +268,30 @@ async function applyFault(
       (missed.length === 0 ? '' : ` (${labels(missed)} had already finished)`)
     );
   }
-  if (kind === 'stop-scheduler') {
+  if (kind === 'stop-scheduler' || kind === 'stop-scheduler-kill') {
     const pid = scheduler.current.pid;
     if (pid === undefined) throw new Error('the scheduler has no PID');
     process.kill(pid, 'SIGSTOP');
     log(`${kind}: SIGSTOP ${at}`);
+    let killed = '';
     try {
-      await sleep(SCHEDULER_STOP_MS);
+      if (kind === 'stop-scheduler-kill') {
+        await sleep(KILL_AFTER_STOP_MS);
+        const done = await Promise.all(
+          targets.killed.map((index) => runs[index]?.crash() ?? Promise.resolve(false)),
+        );
+        const missed = targets.killed.filter((_, i) => done[i] !== true);
+        log(`${kind}: kill -9 of ${labels(targets.killed)} ${KILL_AFTER_STOP_MS / 1000} s later`);
+        killed =
+          `; kill -9 ${labels(targets.killed)} ${KILL_AFTER_STOP_MS / 1000} s in, restarted` +
+          (missed.length === 0 ? '' : ` (${labels(missed)} had already finished)`);
+      }
+      await sleep(SCHEDULER_STOP_MS - (kind === 'stop-scheduler-kill' ? KILL_AFTER_STOP_MS : 0));
     } finally {
       process.kill(pid, 'SIGCONT');
       log(`${kind}: SIGCONT`);
     }
-    return `SIGSTOP ${at} for ${SCHEDULER_STOP_MS / 1000} s`;
+    return `SIGSTOP ${at} for ${SCHEDULER_STOP_MS / 1000} s${killed}`;
   }
   if (kind === 'restart-scheduler') {
     const old = scheduler.current;

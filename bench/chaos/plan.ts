@@ -12,6 +12,7 @@ export const ROWS = [
   'none',
   'kill-agents',
   'stop-scheduler',
+  'stop-scheduler-kill',
   'restart-scheduler',
   'origin-503',
   'corrupt-peer',
@@ -24,6 +25,12 @@ export const KILL_SHARE = 0.25;
 export const FAULT_AT_SHARE = 0.3;
 /** How long the scheduler is kept stopped (SIGSTOP .. SIGCONT) and the origin answers 503. */
 export const SCHEDULER_STOP_MS = 20_000;
+/**
+ * `stop-scheduler-kill`: the agents are killed this long after the scheduler stopped, once the
+ * members found it gone (after 5 s of silence, member.ts SCHEDULER_SILENCE_MS_DEFAULT): what is
+ * left of a chain mends itself, without a scheduler.
+ */
+export const KILL_AFTER_STOP_MS = 6_000;
 export const ORIGIN_OUTAGE_MS = 10_000;
 /** The disk-full host's file system holds this share of the model. */
 export const DISK_FULL_SHARE = 0.25;
@@ -155,7 +162,7 @@ export function faultAtMs(kind: RowKind, referenceMs: number): number | undefine
 
 /** How long a fault itself lasts once it fires (a stop, an outage), to be added to a row's timeout. */
 export function faultDurationMs(kind: RowKind): number {
-  if (kind === 'stop-scheduler') return SCHEDULER_STOP_MS;
+  if (kind === 'stop-scheduler' || kind === 'stop-scheduler-kill') return SCHEDULER_STOP_MS;
   if (kind === 'origin-503') return ORIGIN_OUTAGE_MS;
   return 0;
 }

@@ -157,6 +157,7 @@ const ROW_TITLES: Record<RowKind, string> = {
   none: 'fault-free',
   'kill-agents': 'agents killed',
   'stop-scheduler': 'scheduler stopped',
+  'stop-scheduler-kill': 'stopped, then kill',
   'restart-scheduler': 'scheduler restarted',
   'origin-503': 'origin 503',
   'corrupt-peer': 'corrupt peer',

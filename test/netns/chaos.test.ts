@@ -10,6 +10,7 @@ import {
   ROW_TIMEOUT_MIN_MS,
   ROWS,
   rowTimeoutMs,
+  KILL_AFTER_STOP_MS,
   SCHEDULER_STOP_MS,
 } from '../../bench/chaos/plan.js';
 import {
@@ -87,6 +88,10 @@ test('timed faults fire at 30 % of the fault-free time; rows get at least two mi
   assert.equal(faultAtMs('corrupt-peer', 14_000), undefined);
   assert.equal(rowTimeoutMs('none', 1000), ROW_TIMEOUT_MIN_MS);
   assert.equal(rowTimeoutMs('stop-scheduler', 60_000), 4 * 60_000 + SCHEDULER_STOP_MS);
+  // Both faults of the combined row fall inside the stop.
+  assert.equal(faultAtMs('stop-scheduler-kill', 10_000), 3000);
+  assert.equal(rowTimeoutMs('stop-scheduler-kill', 60_000), 4 * 60_000 + SCHEDULER_STOP_MS);
+  assert.ok(KILL_AFTER_STOP_MS > 5000 && KILL_AFTER_STOP_MS < SCHEDULER_STOP_MS);
   assert.equal(diskFullBytes(256 * MiB), 64 * MiB);
   assert.equal(diskFullBytes(1000), MiB);
 });
