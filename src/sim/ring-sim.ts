@@ -482,7 +482,9 @@ export class RingSim {
     if (pushing?.live === passed) pushing.live = undefined;
     this.dropFlow(passed, next);
     // The child's feed broke on a truncated push: it opens again (reopenFeeds, once the change
-    // that dropped this push is applied).
-    this.reopen.push({ child: next.child, parent: next.parent });
+    // that dropped this push is applied). Without a scheduler the member leaves that to its move
+    // (orphanMove, which subscribes again to a parent that answers).
+    if (this.goneSinceMs === undefined) this.reopen.push({ child: next.child, parent: next.parent });
+    else this.stopPushing(next.parent);
   }
 }

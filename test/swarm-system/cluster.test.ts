@@ -398,6 +398,33 @@ describe('swarm of processes on loopback', { timeout: 120_000 }, () => {
     });
   }
 
+  it('an agent restarted while its scheduler is stopped fetches from the peers it knew before', async () => {
+    await withCluster('stop-restart', { hosts: 3, hostMbps: 8, originMbps: 8 }, async (cluster) => {
+      const started = performance.now();
+      await Promise.all(all(3).map((i) => cluster.join(i)));
+      const before = await cluster.untilHeld(2, 4);
+      assert.ok(before.held < before.pieceCount, 'agent 2 finished before it was killed');
+      const scheduler = cluster.scheduler.child;
+      scheduler.kill('SIGSTOP');
+      try {
+        const killed = cluster.agents[2]!.child;
+        const gone = new Promise((resolve) => killed.once('exit', resolve));
+        killed.kill('SIGKILL');
+        await gone;
+        // The same cache and port: it takes the model up again, and cannot register.
+        await cluster.startAgent(2);
+        await cluster.waitComplete(all(3), started, 60_000);
+      } finally {
+        scheduler.kill('SIGCONT');
+      }
+      await assertCopies(cluster, all(3));
+      // Its peers came from the scheduler, which it never reached after the restart: knowing none,
+      // it would have read everything it lacked from the origin.
+      const restarted = await cluster.status(2);
+      assert.ok(restarted.peerBytes > 0, `the restarted agent took ${restarted.peerBytes} bytes from peers`);
+    });
+  });
+
   it('completes when the scheduler is killed mid-run, and agents register again when it is back', async () => {
     await withCluster('scheduler-kill', { hosts: 3, hostMbps: 24, originMbps: 24 }, async (cluster) => {
       const started = performance.now();

@@ -56,6 +56,7 @@ import { PEER_WIRE_PATH } from '../wire/peer-frames.js';
 import { SwarmMember, type MemberEvent } from './member.js';
 import { OpeningStore, type MemberStore } from './member-store.js';
 import { PeerWireServer, type ServedModel } from './peer-wire-server.js';
+import { PeersKeeper, readKeptPeers } from './kept-peers.js';
 import { PieceStore, type PieceStoreOptions } from '../../piece/store.js';
 import { UploadSlots } from './upload-slots.js';
 import { enableDirectIo } from '../../piece/direct-io.js';
@@ -523,6 +524,8 @@ export class Agent {
     // A member started early (below) may have things to say before the join is done (the scheduler
     // refused it at once): they are said after 'joined', and not at all if the join fails.
     let pending: MemberEvent[] | undefined = [];
+    const keptPeers = await readKeptPeers(modelDir);
+    const peersKeeper = new PeersKeeper(modelDir);
     const memberFor = (store: MemberStore): SwarmMember =>
       new SwarmMember({
         model: hex,
@@ -544,6 +547,8 @@ export class Agent {
         ...(this.options.peerWire === undefined ? {} : { peerWire: this.options.peerWire }),
         ...(this.options.downloadsMax === undefined ? {} : { downloadsMax: this.options.downloadsMax }),
         recentBudget: this.recentBudget,
+        peers: keptPeers,
+        onPeers: (peers) => peersKeeper.keep(peers),
         onEvent: (event) => {
           if (event.type === 'failed' && options.store === undefined) recordStopped(modelDir, job, event);
           if (pending === undefined) this.options.onEvent?.({ model: hex, ...event });

@@ -75,6 +75,13 @@ export interface MemberOptions {
   manifestInlineBytesMax?: number;
   /** Memory for recently verified runs, shared by an agent's models (PieceFetcherOptions.recentBudget). */
   recentBudget?: RecentBudget;
+  /**
+   * The peers this host knew when it last ran (the agent keeps them with the model): a member
+   * restarted while the scheduler is gone fetches from them, not the origin alone.
+   */
+  peers?: readonly string[];
+  /** The scheduler named the peers anew. */
+  onPeers?: (peers: readonly string[]) => void;
   onEvent?: (event: MemberEvent) => void;
 }
 
@@ -264,6 +271,8 @@ export class SwarmMember {
         if (announce) options.onEvent?.({ type: 'scheduler-lost', reason });
       },
       onRefused: (error) => this.fail(error),
+      ...(options.peers === undefined ? {} : { peers: options.peers }),
+      ...(options.onPeers === undefined ? {} : { onPeers: options.onPeers }),
     });
     this.fallback = new FallbackFetcher({
       model: options.model,
@@ -467,7 +476,15 @@ export class SwarmMember {
           return;
         }
         // A connection that closed or failed: the same parent again, or the one the scheduler names.
-        if (isWeightcastError(error, 'ORIGIN_IO') && this.ringReconnects < RING_RECONNECTS_MAX) {
+        // Without a scheduler the fallback's move decides (orphanMove): it subscribes again to a
+        // parent that answers and is still in a chain, not to one that came back from a restart
+        // outside it (chaos stop-scheduler-kill, the head killed: its child took the restarted
+        // head's feed, and the chain ran at what that host fetched on its own, 21-22 s).
+        if (
+          isWeightcastError(error, 'ORIGIN_IO') &&
+          this.ringReconnects < RING_RECONNECTS_MAX &&
+          !this.session.schedulerDown
+        ) {
           this.ringReconnects++;
           this.resubscribeSoon(url);
           return;

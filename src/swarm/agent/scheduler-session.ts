@@ -60,6 +60,10 @@ export interface SchedulerSessionOptions {
   onLost(reason: string, announce: boolean): void;
   /** The scheduler refused this host's credential or certificate: asking again cannot help. */
   onRefused(error: WeightcastError): void;
+  /** The peers this host knew before it started (kept by the agent): known until the scheduler names others. */
+  peers?: readonly string[];
+  /** The scheduler named the peers anew (for the agent to keep). */
+  onPeers?(peers: readonly string[]): void;
 }
 
 const REGISTER_RETRY_MS = 500;
@@ -107,8 +111,8 @@ export class SchedulerSession {
   private registering: Promise<unknown> | undefined;
   /** The kind of the last failure said (see lose): the same one again is not said again. */
   private lastLoss: string | undefined;
-  /** Peers the scheduler last named, for fetching on its own: base URLs. */
-  knownPeers: string[] = [];
+  /** Peers the scheduler last named (or, before it named any, those kept from before), for fetching on its own: base URLs. */
+  knownPeers: string[];
   /** How many of `knownPeers`, the first ones, share this host's rack (undefined: no racks). */
   knownRackPeers: number | undefined;
   /** Running estimate of a short sync's round trip. */
@@ -132,7 +136,9 @@ export class SchedulerSession {
   private ringLostParent: string | undefined;
   private ringLostPiece: number | undefined;
 
-  constructor(private readonly options: SchedulerSessionOptions) {}
+  constructor(private readonly options: SchedulerSessionOptions) {
+    this.knownPeers = [...(options.peers ?? [])];
+  }
 
   /** Registers and holds the channel, again and again, until the member closes. */
   async run(): Promise<void> {
@@ -310,6 +316,7 @@ export class SchedulerSession {
               if (reply.peers !== undefined) {
                 this.knownPeers = reply.peers;
                 this.knownRackPeers = reply.rackPeers;
+                this.options.onPeers?.(reply.peers);
               }
               this.options.onReply(reply);
             }
@@ -391,12 +398,22 @@ export class SchedulerSession {
     // A small manifest goes with the first try: agents joining a new model together would otherwise
     // each be told the model is unknown and ask again. A large one is sent only when asked for.
     const inline = this.options.manifestBytes.length <= this.options.manifestInlineBytesMax;
+    // A scheduler that has not answered a registration for as long as a registered host waits
+    // before it goes on its own (schedulerSilenceMs) is as good as silent: the member fetches on
+    // its own meanwhile (from the peers it kept, if it was restarted), and the registration goes on.
+    // Chaos, an agent restarted while the scheduler was stopped: it waited out the request's 10 s.
+    const silent = setTimeout(() => {
+      if (this.host === undefined) this.schedulerDown = true;
+    }, this.options.schedulerSilenceMs);
+    silent.unref();
     let raw: unknown;
     try {
       raw = await post(inline);
     } catch (error) {
       if (inline || !isWeightcastError(error, 'SWARM_UNKNOWN_MODEL')) throw error;
       raw = await post(true);
+    } finally {
+      clearTimeout(silent);
     }
     this.registering = undefined;
     const registered = parseMessage(registeredSchema, raw, 'register reply');
@@ -415,6 +432,7 @@ export class SchedulerSession {
     if (registered.peers !== undefined) {
       this.knownPeers = registered.peers;
       this.knownRackPeers = registered.rackPeers;
+      this.options.onPeers?.(registered.peers);
     }
     this.lastLoss = undefined;
     this.options.onRegistered(registered.host);
