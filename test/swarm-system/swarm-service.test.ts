@@ -274,6 +274,28 @@ describe('SwarmService (scheduler shell, fake time)', () => {
     assert.deepEqual(service.takeReply(b).peers, []);
   });
 
+  it('answers a waiting sync with the peer list when a rack-mate joins or leaves, and only then', () => {
+    const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
+    const a = register(service, 0, 'a', [], 'r1');
+    service.takeReply(a);
+    let woken = 0;
+    service.park(a, () => woken++);
+    register(service, 0, 'elsewhere', [], 'r2');
+    assert.equal(woken, 0, 'a host of another rack: the list waits for the next work');
+    assert.equal(service.hasReply(a), false);
+    const b = register(service, 0, 'b', [], 'r1');
+    assert.equal(woken, 1, 'a rack-mate: told at once');
+    assert.equal(service.hasReply(a), true);
+    const reply = service.takeReply(a);
+    assert.deepEqual(reply.peers, ['http://127.0.0.1:1/b', 'http://127.0.0.1:1/elsewhere']);
+    assert.equal(reply.rackPeers, 1);
+    assert.equal(service.hasReply(a), false, 'told once');
+    service.park(a, () => woken++);
+    service.leave(0, b);
+    assert.equal(woken, 2, 'a rack-mate that leaves: told at once too');
+    assert.deepEqual(service.takeReply(a).peers, ['http://127.0.0.1:1/elsewhere']);
+  });
+
   it("lists a host's rack-mates first, and how many they are, for its fallback", () => {
     const service = new SwarmService('ab'.repeat(32), new PieceMap(fakeManifest(8)), SWARM_SERVICE_DEFAULTS);
     const a = register(service, 0, 'a', [], 'r1');

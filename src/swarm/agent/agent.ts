@@ -490,6 +490,9 @@ export class Agent {
             checkSpace: true,
             inlineWrites: true,
           });
+    // Read before the store starts opening: nothing may wait between that and its outcome's handling.
+    const keptPeers = await readKeptPeers(modelDir);
+    const peersKeeper = new PeersKeeper(modelDir);
     // A model folder this join makes goes again if the join fails: a restarted agent must not resume
     // a join that never happened (it would fetch a model no pull asked for, into its destination).
     const madeModelDir =
@@ -524,8 +527,6 @@ export class Agent {
     // A member started early (below) may have things to say before the join is done (the scheduler
     // refused it at once): they are said after 'joined', and not at all if the join fails.
     let pending: MemberEvent[] | undefined = [];
-    const keptPeers = await readKeptPeers(modelDir);
-    const peersKeeper = new PeersKeeper(modelDir);
     const memberFor = (store: MemberStore): SwarmMember =>
       new SwarmMember({
         model: hex,

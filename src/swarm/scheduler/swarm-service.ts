@@ -67,6 +67,8 @@ interface HostEntry {
   wake?: () => void;
   /** Ring mode: the ring parent to tell this host of (a URL, '' for none), once. */
   ringNews?: string;
+  /** A rack-mate joined or left since its last reply: its peer list goes out now, not with the next work. */
+  rackNews?: boolean;
 }
 
 export class SwarmService {
@@ -193,6 +195,7 @@ export class SwarmService {
     };
     this.hosts.set(id, entry);
     this.membership++;
+    this.tellRackMates(entry);
     this.byName.set(message.name, id);
     this.core.addHost(
       nowMs,
@@ -278,7 +281,10 @@ export class SwarmService {
     const entry = this.hosts.get(host);
     return (
       entry !== undefined &&
-      (entry.outbox.length > 0 || entry.cancels.length > 0 || entry.ringNews !== undefined)
+      (entry.outbox.length > 0 ||
+        entry.cancels.length > 0 ||
+        entry.ringNews !== undefined ||
+        entry.rackNews === true)
     );
   }
 
@@ -289,6 +295,7 @@ export class SwarmService {
     // Absent means unchanged, so a list that became empty is still sent.
     const changed = entry.peersSent !== this.membership;
     entry.peersSent = this.membership;
+    delete entry.rackNews;
     const ringNews = entry.ringNews;
     delete entry.ringNews;
     const reply: SyncReply = {
@@ -409,6 +416,7 @@ export class SwarmService {
     }
     this.hosts.delete(host);
     this.membership++;
+    this.tellRackMates(entry);
     if (this.byName.get(entry.name) === host) this.byName.delete(entry.name);
     if (this.core.isBlamed(host)) this.blamedIds.set(entry.name, host);
     else this.freeIds.push(host);
@@ -563,6 +571,24 @@ export class SwarmService {
       this.closeOver(nowMs, culprit.id, culprit);
     }
     this.applyRing(nowMs);
+  }
+
+  /**
+   * `changed` joined or left: its rack-mates are told at once (a waiting sync is answered with the
+   * peer list). Without a scheduler a member brings into its rack only its share of the pieces
+   * (core/fallback.ts, rack stripes), and that needs the rack-mates' lists to agree: one that
+   * learned of a rack-mate only with its next work, which the scheduler's loss can stop, took every
+   * piece from another rack. At most one reply per rack-mate per change.
+   */
+  private tellRackMates(changed: HostEntry): void {
+    if (changed.rack === undefined) return;
+    for (const entry of this.hosts.values()) {
+      if (entry === changed || entry.rack !== changed.rack) continue;
+      entry.rackNews = true;
+      const wake = entry.wake;
+      delete entry.wake;
+      wake?.();
+    }
   }
 
   /** Ring mode: `news` (its parent's URL, '' for none) goes out in the host's next reply, now. */
