@@ -454,7 +454,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       spawnLogged(
         context,
         host.ns,
-        agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, 'swarm-cache', host.label)),
+        agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, `${leg}-cache`, host.label)),
         `agent-${host.label}`,
         { gate: true },
       ),
@@ -547,7 +547,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
     await sampler.stop();
     await stopAll(services);
     await meter.close();
-    if (!context.options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
+    if (!context.options.keep) await rm(join(work, `${leg}-cache`), { recursive: true, force: true });
   }
   const measurement = withRtts(
     await verifyAndMeasure(context, meter, leg, runs, dirs, join(work, leg)),
@@ -637,7 +637,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
           meter,
           services,
           host.ns,
-          agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, 'swarm-cache', host.label)),
+          agentArgv(context, schedulerUrl, index, ports[index] ?? 0, join(work, `${leg}-cache`, host.label)),
           `agent-${host.label}`,
           { role: 'agents' },
         ),
@@ -676,7 +676,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
     const rtts = await sampler.stop();
     for (const run of joined) if (run.problem !== undefined) log(`  ${run.problem}`);
     if (options.skipCopyOut) {
-      const caches = hostSet.hosts.map((host) => join(work, 'swarm-cache', host.label, hex, 'files'));
+      const caches = hostSet.hosts.map((host) => join(work, `${leg}-cache`, host.label, hex, 'files'));
       log("swarm-warm: verifying the agents' caches");
       return [withRtts(meter.measurement(leg, joined, await verifyCopies(context, caches)), rtts)];
     }
@@ -725,7 +725,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
     await stopAll(services);
     await copyMeter?.close();
     await meter.close();
-    if (!options.keep) await rm(join(work, 'swarm-cache'), { recursive: true, force: true });
+    if (!options.keep) await rm(join(work, `${leg}-cache`), { recursive: true, force: true });
   }
 }
 
