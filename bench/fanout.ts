@@ -117,6 +117,7 @@ import {
 } from './netns/report.js';
 import { createTestbed, LoopbackHosts, netnsProblem, servicePort, type HostSet } from './netns/testbed.js';
 import { ensureClusterTokens } from './netns/cluster-tokens.js';
+import { applyNodeExtraCa } from './netns/node-start.js';
 
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -792,6 +793,8 @@ interface Report {
   modeNote: string;
   /** The machine's 1-minute load average when the benchmark started. */
   loadAverageAtStart: number;
+  /** Where NODE_EXTRA_CA_CERTS is set: what it costs each Node process, and whether the legs had it. */
+  nodeStartNote?: string;
   setting: Setting & { pieceMb: number; pieces: number; unitPieces: number; units: number; digest: string };
   tLowerBoundSeconds: number;
   naiveFluidSeconds: number;
@@ -887,6 +890,7 @@ function printReport(report: Report): void {
     `load average at start ${load.toFixed(2)} on ${cpus().length} cores` +
       (busy ? ': the machine was busy, so these times measure the contention as well' : ''),
   );
+  if (report.nodeStartNote !== undefined) console.log(report.nodeStartNote);
   console.log(`T_lb = max(S/U, S/B, N*S/(U + N*B)) = ${formatOptionalSeconds(report.tLowerBoundSeconds)}\n`);
   for (const line of renderTable(header, rows)) console.log(line);
   console.log('');
@@ -1015,6 +1019,8 @@ async function main(argv: readonly string[]): Promise<number> {
   if (cgroupsProblem !== undefined)
     log(`NOTE: no per-leg cgroups (${cgroupsProblem}): CPU is read from /proc`);
   const loadAverageAtStart = loadavg()[0] ?? 0;
+  const nodeStartNote = applyNodeExtraCa(options.nodeExtraCa);
+  if (nodeStartNote !== undefined) log(`NOTE: ${nodeStartNote}`);
 
   await mkdir(options.work, { recursive: true });
   const work = await mkdtemp(join(options.work, 'weightcast-fanout-'));
@@ -1120,6 +1126,7 @@ async function main(argv: readonly string[]): Promise<number> {
       mode: hostSet.mode,
       modeNote,
       loadAverageAtStart,
+      ...(nodeStartNote === undefined ? {} : { nodeStartNote }),
       setting: {
         ...setting,
         pieceMb: model.pieceBytes / MiB,

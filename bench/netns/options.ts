@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
+import { NODE_EXTRA_CA_CHOICES, type NodeExtraCa } from './node-start.js';
 import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
 import { NGINX_INSTALL_HINT } from './commands.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
@@ -102,6 +103,8 @@ export interface Options {
   originServer: OriginServer;
   /** swarm: when each host's pull starts (PullStart). */
   pullStart: PullStart;
+  /** Whether the legs' processes inherit NODE_EXTRA_CA_CERTS when it is set (node-start.ts). */
+  nodeExtraCa: NodeExtraCa;
 }
 
 /** A flag the benchmark refuses: the one kind every benchmark command reports (bench-args.ts). */
@@ -151,6 +154,8 @@ export const USAGE = [
   "  --rounds N (1; every leg N times, alternating: each round's rows, then the medians of the comparisons)",
   '  --pull-start listening|launch (listening; swarm: each pull starts once its agent listens, or with it)',
   '  --warm (adds swarm-warm to the legs)  --skip-copy-out  --warm-up-mb M (64) (swarm-warm only)',
+  '  --node-extra-ca-certs inherit|unset (inherit; where the environment sets NODE_EXTRA_CA_CERTS, which Node',
+  '      loads at every process start: unset runs every process of the legs without it, to report beside)',
   '  --work DIR (the temp dir)  --loopback  --keep  --json',
 ].join('\n');
 
@@ -177,6 +182,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
       'scheduler-on': { type: 'string', default: 'origin' },
       'origin-server': { type: 'string', default: 'auto' },
       'pull-start': { type: 'string', default: 'listening' },
+      'node-extra-ca-certs': { type: 'string', default: 'inherit' },
       'ring-parents': { type: 'string', default: String(RING_PARENTS_DEFAULT) },
       downloads: { type: 'string' },
       uploads: { type: 'string' },
@@ -231,6 +237,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     schedulerOn,
     originServer,
     pullStart,
+    nodeExtraCa: oneOf(NODE_EXTRA_CA_CHOICES, values['node-extra-ca-certs'], '--node-extra-ca-certs'),
     ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),

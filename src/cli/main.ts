@@ -1,63 +1,23 @@
 /**
- * The `weightcast` command line: one commander program. Each subcommand is declared in
- * src/cli/definitions (name, arguments, options, help) and carried out by its module in
- * src/cli/commands, which the definition imports only when the command runs. `main` returns the exit
- * code; only bin/weightcast.js exits the process.
+ * The `weightcast` command line. Each subcommand is declared in src/cli/definitions (name, arguments,
+ * options, help) and carried out by its module in src/cli/commands, which the definition imports
+ * only when the command runs. A command line of `agent` or `pull` that reads cleanly runs without
+ * commander (command-spec.ts: ~15 ms of CPU less per process); everything else, help and usage errors
+ * included, goes through the commander program (program.ts). `main` returns the exit code; only
+ * bin/weightcast.js exits the process.
  */
 
-import { readFileSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
-import { Command, CommanderError } from 'commander';
-import { EXIT_USAGE, processIo, type CliIo } from './io.js';
-import { definitionsFor, type RegisterCommand } from './definitions/index.js';
+import { processIo, type CliIo } from './io.js';
+import { commandWithoutCommander } from './definitions/index.js';
 
 export type { CliIo } from './io.js';
 
-/** The program with the given command definitions (definitionsFor picks them for a command line). */
-export function buildProgram(
-  io: CliIo,
-  setExitCode: (code: number) => void,
-  definitions: readonly RegisterCommand[],
-): Command {
-  const program = new Command('weightcast')
-    .description('Move large model weights to many hosts, fast, verified, with bounded memory.')
-    .exitOverride()
-    .configureOutput({ writeOut: (s) => io.stdout(s), writeErr: (s) => io.stderr(s) })
-    .version(packageVersion())
-    .showHelpAfterError('(run with --help for usage)');
-  for (const register of definitions) register(program, io, setExitCode);
-  return program;
-}
-
-/** The version in package.json: three folders up from dist/src/cli, built or installed. */
-function packageVersion(): string {
-  const text = readFileSync(new URL('../../../package.json', import.meta.url), 'utf8');
-  return (JSON.parse(text) as { version: string }).version;
-}
-
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
-  let exitCode = 0;
-  const program = buildProgram(
-    io,
-    (code) => {
-      exitCode = code;
-    },
-    await definitionsFor(argv),
-  );
-  try {
-    await program.parseAsync([...argv], { from: 'user' });
-  } catch (error) {
-    if (error instanceof CommanderError) {
-      // Help and version are successful exits; everything else commander raises is a usage error.
-      return error.exitCode === 0 ? 0 : EXIT_USAGE;
-    }
-    throw error;
-  }
-  if (argv.length === 0) {
-    program.outputHelp();
-    return EXIT_USAGE;
-  }
-  return exitCode;
+  const direct = await commandWithoutCommander(argv);
+  if (direct !== undefined) return direct.spec.run(direct.args, direct.flags, io);
+  const { runWithCommander } = await import('./program.js');
+  return runWithCommander(argv, io);
 }
 
 /** How long a command may take to wind down after SIGINT or SIGTERM before the CLI exits anyway. */

@@ -5,7 +5,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildProgram, runCli } from '../../src/cli/main.js';
+import { runCli } from '../../src/cli/main.js';
+import { buildProgram } from '../../src/cli/program.js';
 import { memoryIo } from '../../src/cli/io.js';
 import { DEFINITIONS } from '../../src/cli/definitions/index.js';
 

@@ -109,6 +109,25 @@ for (const argv of [['--help'], ['--version'], ['pul']]) {
   });
 }
 
+test('a pull whose command line reads cleanly runs without commander; one that does not, with it', async () => {
+  const dir = await tempDir('lazy-load-pull');
+  try {
+    const to = join(dir.path, 'to');
+    const clean = await importsOf(['pull', join(dir.path, 'missing'), '--to', to, '--no-agent']);
+    const cleanPackages = new Set(clean.flatMap((edge) => packageOf(edge.child) ?? []));
+    // The hook saw the pull itself run (its implementation), not only the CLI.
+    assert.ok(
+      clean.some((edge) => sourcePath(edge.child)?.startsWith('cli/commands/pull') === true),
+      clean.map((edge) => edge.child).join(', '),
+    );
+    assert.ok(!cleanPackages.has('commander'), [...cleanPackages].join(', '));
+    const mistyped = await importsOf(['pull', join(dir.path, 'missing'), '--to', to, '--no-agnet']);
+    assert.ok(mistyped.some((edge) => packageOf(edge.child) === 'commander'));
+  } finally {
+    await dir.cleanup();
+  }
+});
+
 test('a swarm agent listens without loading undici, zod or the seed tier', async () => {
   const dir = await tempDir('lazy-load-agent');
   try {
@@ -163,6 +182,11 @@ test('a swarm agent listens without loading undici, zod or the seed tier', async
     );
     assert.deepEqual(
       loaded.filter((url) => packageOf(url) === 'undici' || packageOf(url) === 'zod'),
+      [],
+    );
+    // Its command line reads cleanly, so commander is not loaded either (cli/command-spec.ts).
+    assert.deepEqual(
+      loaded.filter((url) => packageOf(url) === 'commander'),
       [],
     );
     assert.deepEqual(

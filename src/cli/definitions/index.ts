@@ -15,6 +15,7 @@
  */
 
 import type { Command } from 'commander';
+import { addOptions, parseCommandLine, type CommandSpec, type ParsedFlags } from '../command-spec.js';
 import type { CliIo } from '../io.js';
 
 export type RegisterCommand = (program: Command, io: CliIo, setExitCode: (code: number) => void) => void;
@@ -30,11 +31,25 @@ interface Definition {
   term: string;
   description: string;
   load: () => Promise<RegisterCommand>;
+  /** Its options as data, for the commands a command line may run without commander (command-spec.ts). */
+  spec?: () => Promise<CommandSpec>;
 }
 
 /** Every command takes options; `args` is its arguments as help shows them ('' for none). */
-function command(name: string, args: string, description: string, load: Definition['load']): Definition {
-  return { name, term: `${name} [options]${args === '' ? '' : ` ${args}`}`, description, load };
+function command(
+  name: string,
+  args: string,
+  description: string,
+  load: Definition['load'],
+  spec?: Definition['spec'],
+): Definition {
+  return {
+    name,
+    term: `${name} [options]${args === '' ? '' : ` ${args}`}`,
+    description,
+    load,
+    ...(spec === undefined ? {} : { spec }),
+  };
 }
 
 export const DEFINITIONS: readonly Definition[] = [
@@ -73,6 +88,7 @@ export const DEFINITIONS: readonly Definition[] = [
     '<src>',
     'Download a model with every piece verified; resumes where it stopped',
     async () => (await import('./pull.js')).registerPull,
+    async () => (await import('./pull.js')).PULL_COMMAND,
   ),
   command(
     'load',
@@ -97,6 +113,7 @@ export const DEFINITIONS: readonly Definition[] = [
     '',
     'Run a swarm agent: a verified piece cache that fetches from peers and serves them',
     async () => (await import('./agent.js')).registerAgent,
+    async () => (await import('./agent.js')).AGENT_COMMAND,
   ),
   command(
     'sim',
@@ -161,3 +178,29 @@ export const registerSummaries: RegisterCommand = (program) => {
       });
   }
 };
+
+/** A command declared as data (command-spec.ts), registered with commander: help, errors, its action. */
+export function registerSpec(spec: CommandSpec): RegisterCommand {
+  return (program, io, setExitCode) => {
+    const command = program.command(spec.name).description(descriptionOf(spec.name));
+    for (const arg of spec.args) command.argument(arg.term, arg.description);
+    addOptions(command, spec.options).action(async (...params: unknown[]) => {
+      const args = params.slice(0, spec.args.length) as string[];
+      setExitCode(await spec.run(args, params[spec.args.length] as ParsedFlags, io));
+    });
+  };
+}
+
+/**
+ * The command a command line runs without commander, parsed: for a command declared as data whose
+ * line `parseCommandLine` reads in full; else undefined (commander reads it).
+ */
+export async function commandWithoutCommander(
+  argv: readonly string[],
+): Promise<{ spec: CommandSpec; args: string[]; flags: ParsedFlags } | undefined> {
+  const load = DEFINITIONS.find(({ name }) => name === argv[0])?.spec;
+  if (load === undefined) return undefined;
+  const spec = await load();
+  const parsed = parseCommandLine(spec, argv.slice(1));
+  return parsed === undefined ? undefined : { spec, ...parsed };
+}
