@@ -41,6 +41,8 @@ export interface FallbackFetcherOptions {
   signal: AbortSignal;
   /** True while the member should fetch on its own (no registration, scheduler unreachable). */
   active(): boolean;
+  /** True while it may fetch from peers only, not the origin (a registration that is slow, not lost). */
+  peersOnly?(): boolean;
   knownPeers(): readonly string[];
   /** How many of the known peers, the first ones, share this host's rack (undefined: no racks). */
   rackPeers?(): number | undefined;
@@ -173,7 +175,12 @@ export class FallbackFetcher {
       {
         downloadsMax: this.options.downloadsMax,
         // A chain's head reads the origin for the whole chain, as the scheduler had it do.
-        originReadsMax: ring?.head === true ? this.options.downloadsMax : FALLBACK_ORIGIN_READS_MAX,
+        originReadsMax:
+          this.options.peersOnly?.() === true
+            ? 0
+            : ring?.head === true
+              ? this.options.downloadsMax
+              : FALLBACK_ORIGIN_READS_MAX,
       },
       this.random,
     );

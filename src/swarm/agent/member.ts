@@ -61,6 +61,8 @@ export interface MemberOptions {
   downloadsMax?: number;
   /** A scheduler that sends nothing on the channel for this long is lost. Default 10 000 ms. */
   schedulerSilenceMs?: number;
+  /** A registration unanswered this long sends a host with kept peers to them (REGISTRATION_SLOW_MS). */
+  registrationSlowMs?: number;
   /** A peer that sends nothing for this long has failed the transfer. Default 10 000 ms. */
   peerIdleTimeoutMs?: number;
   /**
@@ -257,6 +259,7 @@ export class SwarmMember {
       access: options.access,
       identity: options.identity,
       schedulerSilenceMs: options.schedulerSilenceMs ?? SCHEDULER_SILENCE_MS_DEFAULT,
+      ...(options.registrationSlowMs === undefined ? {} : { registrationSlowMs: options.registrationSlowMs }),
       manifestInlineBytesMax: options.manifestInlineBytesMax ?? MANIFEST_INLINE_BYTES_MAX,
       signal,
       isRunning: (transferId) => this.fetches.has(transferId),
@@ -283,7 +286,11 @@ export class SwarmMember {
       access: options.access,
       downloadsMax: this.downloadsMax,
       signal,
-      active: () => (this.session.host === undefined && this.session.schedulerDown) || this.headOnItsOwn(),
+      active: () =>
+        (this.session.host === undefined && (this.session.schedulerDown || this.session.registrationSlow)) ||
+        this.headOnItsOwn(),
+      // A registration that is only slow: the peers this host kept, not the origin (REGISTRATION_SLOW_MS).
+      peersOnly: () => this.session.host === undefined && !this.session.schedulerDown,
       knownPeers: () => this.session.knownPeers,
       rackPeers: () => this.session.knownRackPeers,
       urgent: () => this.session.urgentSet,

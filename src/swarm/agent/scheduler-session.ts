@@ -48,6 +48,8 @@ export interface SchedulerSessionOptions {
   access?: ServiceAccess | undefined;
   identity: MemberIdentity;
   schedulerSilenceMs: number;
+  /** How long a registration may go unanswered before a host with kept peers fetches from them (REGISTRATION_SLOW_MS). */
+  registrationSlowMs?: number;
   manifestInlineBytesMax: number;
   /** Aborted when the member closes. */
   signal: AbortSignal;
@@ -67,6 +69,14 @@ export interface SchedulerSessionOptions {
 }
 
 const REGISTER_RETRY_MS = 500;
+/**
+ * A registration unanswered this long, by a host that kept peers from before (a restarted agent),
+ * sends it to those peers for pieces while it waits: `registrationSlow`, peers only, no origin
+ * reads (a scheduler that is merely slow keeps the origin's share). The origin too only once the
+ * scheduler is as good as silent (schedulerSilenceMs). As long as a chain's head waits (HEAD_ALONE_MS).
+ * Chaos stop-scheduler-kill: the restarted hosts had waited the whole 5 s.
+ */
+export const REGISTRATION_SLOW_MS = 1000;
 /**
  * Answers from the scheduler that trying again cannot change: the model stops with them. A name in
  * use by a live host at another address is a second agent configured with this one's name (or an
@@ -105,6 +115,11 @@ export class SchedulerSession {
   host: number | undefined;
   /** Set when the scheduler stopped answering; the member then fetches on its own. */
   schedulerDown = false;
+  /**
+   * Set while a registration has gone unanswered for registrationSlowMs and this host knows peers:
+   * the member fetches from them meanwhile, and from no origin (REGISTRATION_SLOW_MS).
+   */
+  registrationSlow = false;
   /** When the scheduler last sent anything on the sync channel (performance.now() ms). */
   private heardAt: number | undefined;
   /** The registration request on its way, if any (see register and leave). */
@@ -406,6 +421,10 @@ export class SchedulerSession {
       if (this.host === undefined) this.schedulerDown = true;
     }, this.options.schedulerSilenceMs);
     silent.unref();
+    const slow = setTimeout(() => {
+      if (this.host === undefined && this.knownPeers.length > 0) this.registrationSlow = true;
+    }, this.options.registrationSlowMs ?? REGISTRATION_SLOW_MS);
+    slow.unref();
     let raw: unknown;
     try {
       raw = await post(inline);
@@ -414,6 +433,8 @@ export class SchedulerSession {
       raw = await post(true);
     } finally {
       clearTimeout(silent);
+      clearTimeout(slow);
+      this.registrationSlow = false;
     }
     this.registering = undefined;
     const registered = parseMessage(registeredSchema, raw, 'register reply');
