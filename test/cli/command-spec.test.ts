@@ -12,6 +12,7 @@ import { registerSpec } from '../../src/cli/definitions/index.js';
 import { AGENT_COMMAND } from '../../src/cli/definitions/agent.js';
 import { PULL_COMMAND } from '../../src/cli/definitions/pull.js';
 import { memoryIo } from '../../src/cli/io.js';
+import { Random } from '../../src/swarm/core/random.js';
 
 type Reading = { args: string[]; flags: ParsedFlags } | 'rejected';
 
@@ -127,18 +128,6 @@ test('help, mistakes and what the fast reading does not handle are left to comma
   );
 });
 
-/** A small deterministic generator (mulberry32), so a failing line can be replayed from its seed. */
-function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const VALUES = ['x', '7100', 'http://h:1', '', 'swarm', 'seed', '-1', '--json', 'a=b'];
 
 function randomLine(spec: CommandSpec, next: () => number): string[] {
@@ -171,7 +160,8 @@ function randomLine(spec: CommandSpec, next: () => number): string[] {
 test('random command lines: whatever the fast reading accepts, commander reads the same', async () => {
   const seed = 20261207;
   console.log(`seed ${seed}`);
-  const next = random(seed);
+  const generator = new Random(seed);
+  const next = (): number => generator.nextFloat();
   let read = 0;
   const lines = 1500;
   for (let index = 0; index < lines; index++) {

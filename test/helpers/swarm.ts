@@ -10,6 +10,7 @@ import type { ServiceAccess } from '../../src/auth/transport.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { encodeBitfield } from '../../src/swarm/wire/protocol.js';
 import type { MemberIdentity } from '../../src/swarm/agent/scheduler-session.js';
+import type { MemberStore } from '../../src/swarm/agent/member-store.js';
 
 /** A member's identity in tests that never serve a peer: an address nothing listens on, fast links. */
 export function testIdentity(name: string): MemberIdentity {
@@ -51,4 +52,14 @@ export async function registerBareHost(
       ...(options.assignmentsInReply === undefined ? {} : { assignmentsInReply: options.assignmentsInReply }),
     },
   });
+}
+
+/** A member's store that holds nothing and is never written (a session only reads what it holds). */
+export function emptyStore(): MemberStore {
+  return {
+    complete: false,
+    heldCount: 0,
+    has: () => false,
+    put: () => Promise.reject(new Error('not used')),
+  };
 }

@@ -11,10 +11,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
-import type { MemberStore } from '../../src/swarm/agent/member-store.js';
 import { REPORT_DEFER_MS, SchedulerSession } from '../../src/swarm/agent/scheduler-session.js';
 import { FrameReader } from '../../src/swarm/wire/sync-channel.js';
-import { fakeManifest, testIdentity } from '../helpers/swarm.js';
+import { emptyStore, fakeManifest, testIdentity } from '../helpers/swarm.js';
 
 interface Received {
   atMs: number;
@@ -72,12 +71,7 @@ describe('deferred reports', () => {
     const scheduler = await standIn();
     const controller = new AbortController();
     const manifest = fakeManifest(4);
-    const store: MemberStore = {
-      complete: false,
-      heldCount: 0,
-      has: () => false,
-      put: () => Promise.reject(new Error('not used')),
-    };
+    const store = emptyStore();
     const session = new SchedulerSession({
       model: manifestDigest(manifest).slice('sha256:'.length),
       map: new PieceMap(manifest),

@@ -12,11 +12,10 @@ import type { AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
 import { encodeManifest, manifestDigest } from '../../src/manifest/manifest.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
-import type { MemberStore } from '../../src/swarm/agent/member-store.js';
 import { SchedulerSession } from '../../src/swarm/agent/scheduler-session.js';
 import { pickFallbackFetches } from '../../src/swarm/core/fallback.js';
 import { Random } from '../../src/swarm/core/random.js';
-import { fakeManifest, testIdentity } from '../helpers/swarm.js';
+import { emptyStore, fakeManifest, testIdentity } from '../helpers/swarm.js';
 
 /** A scheduler that takes every request and answers none, until closed. */
 async function silentScheduler(): Promise<{
@@ -53,12 +52,7 @@ async function until(check: () => boolean, ms: number): Promise<boolean> {
 
 function session(schedulerUrl: string, signal: AbortSignal, peers: readonly string[]): SchedulerSession {
   const manifest = fakeManifest(4);
-  const store: MemberStore = {
-    complete: false,
-    heldCount: 0,
-    has: () => false,
-    put: () => Promise.reject(new Error('not used')),
-  };
+  const store = emptyStore();
   return new SchedulerSession({
     model: manifestDigest(manifest).slice('sha256:'.length),
     map: new PieceMap(manifest),
