@@ -11,7 +11,8 @@
  *  - complete: the agent's local API says the model is complete (with `--join pull`: the pull exited,
  *    the files copied out).
  * The model is M MiB in 1 MiB pieces (default 16). `--cli` runs another build's bin/weightcast.js,
- * to compare. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
+ * to compare. Where the environment sets NODE_EXTRA_CA_CERTS, which Node loads at every process
+ * start, the run says what it costs (netns/node-start.ts); `--node-extra-ca-certs unset` runs without it. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
  */
 
 import { spawn } from 'node:child_process';
@@ -29,6 +30,17 @@ import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
 import { CLI, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
+import { NODE_EXTRA_CA_CHOICES, applyNodeExtraCa, type NodeExtraCa } from './netns/node-start.js';
+
+/** `--node-extra-ca-certs` (netns/node-start.ts): keep the environment's NODE_EXTRA_CA_CERTS, or run without it. */
+function oneOfChoices(value: string): NodeExtraCa {
+  const choice = NODE_EXTRA_CA_CHOICES.find((known) => known === value);
+  if (choice === undefined)
+    throw new BenchUsageError(
+      `--node-extra-ca-certs must be ${NODE_EXTRA_CA_CHOICES.join(' or ')}, not "${value}"`,
+    );
+  return choice;
+}
 
 const MiB = 1024 * 1024;
 const COMPLETE_TIMEOUT_MS = 30_000;
@@ -36,7 +48,7 @@ const COMPLETE_TIMEOUT_MS = 30_000;
 const CLOCK_TICKS_PER_SECOND = 100;
 
 const USAGE =
-  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull (api)]';
+  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull (api)] [--node-extra-ca-certs inherit|unset (inherit)]';
 
 const args = readBenchArgs('agent-start', USAGE, (argv) => {
   const { values } = parseArgs({
@@ -46,6 +58,7 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
       mib: { type: 'string' },
       cli: { type: 'string', default: CLI },
       join: { type: 'string', default: 'api' },
+      'node-extra-ca-certs': { type: 'string', default: 'inherit' },
     },
     strict: true,
   });
@@ -58,10 +71,13 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
     mib,
     cli: values.cli,
     joiner: values.join,
+    nodeExtraCa: oneOfChoices(values['node-extra-ca-certs']),
   };
 });
 if (args === undefined) process.exit();
-const { runs, mib, cli, joiner } = args;
+const { runs, mib, cli, joiner, nodeExtraCa } = args;
+// Said before the runs: what the environment's NODE_EXTRA_CA_CERTS costs each process they start.
+const nodeStartNote = applyNodeExtraCa(nodeExtraCa);
 
 const work = await mkdtemp(join(tmpdir(), 'weightcast-agent-start-'));
 const disarmCleanup = removedOnAbruptEnd(work);
@@ -136,6 +152,7 @@ try {
   if (joiner === 'pull') header.push('pull CPU by then');
   header.push('complete');
   rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
+  if (nodeStartNote !== undefined) process.stdout.write(`${nodeStartNote}\n`);
   process.stdout.write(
     `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${joiner === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
       textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
