@@ -406,6 +406,18 @@ test('fallback, ring mode: a chain member whose feed ended subscribes again, mov
   assert.deepEqual(orphanMove('me', 40, named('head', 'mid', 'behind', 'loose', 'stray'), 'parent'), {
     kind: 'fetch',
   });
+  // Its parent just died and the head, which pushed to it, does not know yet: the head holds no
+  // more than this host (everything was passed on as it arrived), but it is alive: no second
+  // reader of the origin, it fetches as any host until the head pushes to nobody.
+  const head = { peer: 'head', pieces: some, ring: { ...ring(true, true, 40), head: true } };
+  assert.deepEqual(orphanMove('me', 40, [{ peer: 'parent', pieces: undefined }, head], 'parent'), {
+    kind: 'fetch',
+  });
+  assert.deepEqual(
+    orphanMove('me', 40, [{ ...head, ring: { ...head.ring, pushing: false } }], 'parent'),
+    { kind: 'subscribe', peer: 'head' },
+    'then it subscribes to the head itself',
+  );
   // Nobody ahead (its chain's head died): it reads for the rest of the chain.
   assert.deepEqual(orphanMove('me', 40, named('parent', 'stuck', 'behind'), 'parent'), { kind: 'head' });
   // Never one fed, parent by parent, from this host: that closes a loop nobody feeds.
