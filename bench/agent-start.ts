@@ -30,17 +30,7 @@ import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
 import { CLI, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
-import { NODE_EXTRA_CA_CHOICES, applyNodeExtraCa, type NodeExtraCa } from './netns/node-start.js';
-
-/** `--node-extra-ca-certs` (netns/node-start.ts): keep the environment's NODE_EXTRA_CA_CERTS, or run without it. */
-function oneOfChoices(value: string): NodeExtraCa {
-  const choice = NODE_EXTRA_CA_CHOICES.find((known) => known === value);
-  if (choice === undefined)
-    throw new BenchUsageError(
-      `--node-extra-ca-certs must be ${NODE_EXTRA_CA_CHOICES.join(' or ')}, not "${value}"`,
-    );
-  return choice;
-}
+import { applyNodeExtraCa, parseNodeExtraCa } from './netns/node-start.js';
 
 const MiB = 1024 * 1024;
 const COMPLETE_TIMEOUT_MS = 30_000;
@@ -71,7 +61,7 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
     mib,
     cli: values.cli,
     joiner: values.join,
-    nodeExtraCa: oneOfChoices(values['node-extra-ca-certs']),
+    nodeExtraCa: parseNodeExtraCa(values['node-extra-ca-certs']),
   };
 });
 if (args === undefined) process.exit();

@@ -10,10 +10,22 @@
  */
 
 import { spawnSync } from 'node:child_process';
+import { BenchUsageError } from '../bench-args.js';
+import { median } from './report.js';
 
 export const NODE_EXTRA_CA_CERTS = 'NODE_EXTRA_CA_CERTS';
 export const NODE_EXTRA_CA_CHOICES = ['inherit', 'unset'] as const;
 export type NodeExtraCa = (typeof NODE_EXTRA_CA_CHOICES)[number];
+
+/** `--node-extra-ca-certs VALUE`, or a usage error. */
+export function parseNodeExtraCa(value: string): NodeExtraCa {
+  const choice = NODE_EXTRA_CA_CHOICES.find((known) => known === value);
+  if (choice === undefined)
+    throw new BenchUsageError(
+      `--node-extra-ca-certs must be ${NODE_EXTRA_CA_CHOICES.join(' or ')}, got ${value}`,
+    );
+  return choice;
+}
 
 /** Runs of `node -e` measured each way (alternating), and how long one may take. */
 const RUNS = 7;
@@ -31,13 +43,6 @@ function startCpuMs(env: NodeJS.ProcessEnv): number | undefined {
   );
   const ms = Number(result.stdout);
   return result.status === 0 && Number.isFinite(ms) && ms > 0 ? ms : undefined;
-}
-
-function median(values: readonly number[]): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
 export interface NodeStartCost {

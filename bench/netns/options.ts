@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { parseHedgeTail, parseRingParents, parseTransferUnit } from '../../src/cli/swarm-flags.js';
 import { RING_PARENTS_DEFAULT } from '../../src/swarm/core/index.js';
 import { SWARM_SERVICE_DEFAULTS } from '../../src/swarm/scheduler/defaults.js';
-import { NODE_EXTRA_CA_CHOICES, type NodeExtraCa } from './node-start.js';
+import { parseNodeExtraCa, type NodeExtraCa } from './node-start.js';
 import { BenchUsageError as UsageError, flagNumber } from '../bench-args.js';
 import { NGINX_INSTALL_HINT } from './commands.js';
 import { HOSTS_MAX, MBPS_MAX, MBPS_MIN, MTU_DEFAULT, MTU_MAX, MTU_MIN } from './plan.js';
@@ -237,7 +237,7 @@ export function parseOptions(argv: readonly string[], defaultWork: string): Opti
     schedulerOn,
     originServer,
     pullStart,
-    nodeExtraCa: oneOf(NODE_EXTRA_CA_CHOICES, values['node-extra-ca-certs'], '--node-extra-ca-certs'),
+    nodeExtraCa: parseNodeExtraCa(values['node-extra-ca-certs']),
     ringParents: parseRingParents(values['ring-parents']),
     downloads: values.downloads === undefined ? undefined : integer(values.downloads, '--downloads', 1, 64),
     uploads: values.uploads === undefined ? undefined : integer(values.uploads, '--uploads', 1, 64),

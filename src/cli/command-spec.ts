@@ -2,8 +2,8 @@
  * A command's options as data, read two ways: declared to commander (help, every usage error) and,
  * for the commands every host of a fan-out starts (`agent`, `pull`), parsed without it.
  *
- * Why: commander costs each process ~15 ms of CPU to import and to build the program, about half of
- * what Node itself takes to start (27 ms here), and a fan-out starts two `weightcast` processes per
+ * Why: commander cost each of these processes 7-18 ms of CPU to import and to build the program,
+ * against the 27 ms Node itself takes to start here, and a fan-out starts two `weightcast` processes per
  * host at once on few cores. A command line that `parseCommandLine` reads in full runs without
  * commander; anything it does not (help, a mistake, an option it does not handle) goes to commander as
  * before, so the messages users see stay commander's. Both readings give the same arguments and
@@ -49,7 +49,7 @@ export function addOptions<C extends Command>(command: C, options: readonly Opti
     const option = command.createOption(spec.flags, spec.description);
     if (spec.repeat === true) {
       option.argParser((value: string, previous: string[]) => [...previous, value]);
-      option.default([...((spec.default as readonly string[] | undefined) ?? [])]);
+      option.default(repeatDefault(spec));
     } else if (spec.default !== undefined) option.default(spec.default);
     if (spec.required === true) option.makeOptionMandatory();
     if (spec.choices !== undefined) option.choices(spec.choices);
@@ -59,22 +59,29 @@ export function addOptions<C extends Command>(command: C, options: readonly Opti
   return command;
 }
 
+/** A repeatable option's values when it is not given: a fresh copy of its default, else []. */
+function repeatDefault(spec: OptionSpec): string[] {
+  return Array.isArray(spec.default) ? [...(spec.default as readonly string[])] : [];
+}
+
 interface ReadOption {
   spec: OptionSpec;
+  /** As typed on a command line: `--memory-mb`. */
+  name: string;
   /** Its key in the flags (`memory-mb` -> memoryMb, `--no-agent` -> agent). */
   key: string;
   takesValue: boolean;
   negate: boolean;
 }
 
-/** `--memory-mb <mb>` -> { long: 'memory-mb', value: '<mb>' }. */
+/** `--memory-mb <mb>`: its name, key (memoryMb) and whether it takes a value; undefined for a form not handled. */
 function readOption(spec: OptionSpec): ReadOption | undefined {
   const match = /^--([a-z][a-z0-9-]*)(?: <[a-z0-9:_./-]+>)?$/i.exec(spec.flags);
   if (match === null) return undefined;
   const long = match[1] ?? '';
   const negate = long.startsWith('no-');
   const key = (negate ? long.slice(3) : long).replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-  return { spec, key, takesValue: spec.flags.includes(' <'), negate };
+  return { spec, name: `--${long}`, key, takesValue: spec.flags.includes(' <'), negate };
 }
 
 /**
@@ -92,7 +99,7 @@ export function parseCommandLine(
   for (const option of spec.options) {
     const read = readOption(option);
     if (read === undefined) return undefined;
-    byLong.set(option.flags.split(' ')[0] ?? '', read);
+    byLong.set(read.name, read);
   }
   const flags: ParsedFlags = {};
   const args: string[] = [];
@@ -125,8 +132,7 @@ export function parseCommandLine(
   for (const option of byLong.values()) {
     if (option.key in flags) continue;
     if (option.spec.required === true) return undefined;
-    if (option.spec.repeat === true)
-      flags[option.key] = [...((option.spec.default as readonly string[]) ?? [])];
+    if (option.spec.repeat === true) flags[option.key] = repeatDefault(option.spec);
     else if (typeof option.spec.default === 'string') flags[option.key] = option.spec.default;
     // A `--no-x` without a `--x` beside it means x is on unless turned off (commander's rule).
     else if (option.negate && !keys.has(option.key)) flags[option.key] = true;

@@ -2,7 +2,7 @@
  * The `weightcast` command line. Each subcommand is declared in src/cli/definitions (name, arguments,
  * options, help) and carried out by its module in src/cli/commands, which the definition imports
  * only when the command runs. A command line of `agent` or `pull` that reads cleanly runs without
- * commander (command-spec.ts: ~15 ms of CPU less per process); everything else, help and usage errors
+ * commander (command-spec.ts: 7-18 ms of CPU less per process); everything else, help and usage errors
  * included, goes through the commander program (program.ts). `main` returns the exit code; only
  * bin/weightcast.js exits the process.
  */
