@@ -10,6 +10,9 @@
  *    the agent had used by then (from /proc; on a shared machine the CPU time is the steadier number);
  *  - complete: the agent's local API says the model is complete (with `--join pull`: the pull exited,
  *    the files copied out).
+ * `--join pull-launch` starts the pull together with the agent (a job that starts both), the pull
+ * finding it as a local agent (WEIGHTCAST_AGENT with the port the agent is given) and waiting for it
+ * to listen.
  * The model is M MiB in 1 MiB pieces (default 16). `--cli` runs another build's bin/weightcast.js,
  * to compare. Where the environment sets NODE_EXTRA_CA_CERTS, which Node loads at every process
  * start, the run says what it costs (netns/node-start.ts); `--node-extra-ca-certs unset` runs without it. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
@@ -18,6 +21,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { createServer, type AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -38,7 +42,15 @@ const COMPLETE_TIMEOUT_MS = 30_000;
 const CLOCK_TICKS_PER_SECOND = 100;
 
 const USAGE =
-  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull (api)] [--node-extra-ca-certs inherit|unset (inherit)]';
+  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull|pull-launch (api)] [--node-extra-ca-certs inherit|unset (inherit)]';
+
+const JOINED_BY = {
+  api: 'its local API',
+  pull: 'a cold pull --agent started once it listened',
+  'pull-launch': 'a cold pull started with it (finding it as a local agent)',
+} as const;
+
+type Joiner = keyof typeof JOINED_BY;
 
 const args = readBenchArgs('agent-start', USAGE, (argv) => {
   const { values } = parseArgs({
@@ -52,15 +64,15 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
     },
     strict: true,
   });
-  if (values.join !== 'api' && values.join !== 'pull')
-    throw new BenchUsageError(`--join must be api or pull, not "${values.join}"`);
+  if (!Object.hasOwn(JOINED_BY, values.join))
+    throw new BenchUsageError(`--join must be api, pull or pull-launch, not "${values.join}"`);
   const mib = flagNumber(values.mib, '--mib', 16, { min: 2, max: 4096, integer: true });
   if (mib % 2 !== 0) throw new BenchUsageError(`--mib must be even (the model is two files), not ${mib}`);
   return {
     runs: flagNumber(values.runs, '--runs', 5, { min: 1, max: 1000, integer: true }),
     mib,
     cli: values.cli,
-    joiner: values.join,
+    joiner: values.join as Joiner,
     nodeExtraCa: parseNodeExtraCa(values['node-extra-ca-certs']),
   };
 });
@@ -98,16 +110,40 @@ try {
   try {
     for (let run = 0; run < runs; run++) {
       firstPiece = undefined;
+      // pull-launch: the pull starts with the agent, so it must know the agent's port beforehand.
+      const port = joiner === 'pull-launch' ? await freePort() : 0;
       const launched = performance.now();
+      const together =
+        joiner === 'pull-launch'
+          ? runPull(
+              [cli, 'pull', origin.url, '--to', join(work, `pulled-${run}`), '--manifest', manifestPath],
+              (pid) => (pullPid = pid),
+              // Found as `weightcast pull` finds a local agent: WEIGHTCAST_AGENT, here with its port.
+              { WEIGHTCAST_AGENT: `http://127.0.0.1:${port}` },
+            )
+          : undefined;
+      // Awaited once the agent listens; a pull that fails before then is not an unhandled rejection.
+      together?.catch(() => undefined);
       const agent = await startProcess(
-        [cli, 'agent', '--scheduler', scheduler.url, '--cache', join(work, `cache-${run}`), '--port', '0'],
+        [
+          cli,
+          'agent',
+          '--scheduler',
+          scheduler.url,
+          '--cache',
+          join(work, `cache-${run}`),
+          '--port',
+          String(port),
+        ],
         /listening on (\S+)/,
         'agent',
       );
       agentPid = agent.child.pid;
       try {
         const listening = performance.now() - launched;
-        if (joiner === 'pull') {
+        if (together !== undefined) {
+          await together;
+        } else if (joiner === 'pull') {
           const to = join(work, `pulled-${run}`);
           await runPull(
             [cli, 'pull', origin.url, '--to', to, '--manifest', manifestPath, '--agent', agent.url],
@@ -123,7 +159,7 @@ try {
           ms(listening),
           ms(first.atMs - launched),
           ms(first.cpuMs),
-          ...(joiner === 'pull' ? [ms(first.pullCpuMs)] : []),
+          ...(joiner !== 'api' ? [ms(first.pullCpuMs)] : []),
           ms(completed),
         ]);
       } finally {
@@ -139,12 +175,12 @@ try {
     return ms(sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN);
   };
   const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
-  if (joiner === 'pull') header.push('pull CPU by then');
+  if (joiner !== 'api') header.push('pull CPU by then');
   header.push('complete');
   rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
   if (nodeStartNote !== undefined) process.stdout.write(`${nodeStartNote}\n`);
   process.stdout.write(
-    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${joiner === 'pull' ? 'a cold pull --agent' : 'its local API'}; ms from the agent's launch\n` +
+    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${JOINED_BY[joiner]}; ms from the agent's launch\n` +
       textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
       '\n',
   );
@@ -170,16 +206,32 @@ async function joinByApi(agentUrl: string, source: string, manifest: Manifest, h
 }
 
 /** Runs `node argv...` to its end (bounded in time); throws unless it exits with 0. */
-async function runPull(argv: readonly string[], onSpawn: (pid: number | undefined) => void): Promise<void> {
+async function runPull(
+  argv: readonly string[],
+  onSpawn: (pid: number | undefined) => void,
+  env: Record<string, string> = {},
+): Promise<void> {
   const child = spawn(process.execPath, [...profileNodeArgs(), ...argv], {
     stdio: ['ignore', 'ignore', 'pipe'],
     timeout: COMPLETE_TIMEOUT_MS,
+    env: { ...process.env, ...env },
   });
   onSpawn(child.pid);
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
   const [code] = (await once(child, 'exit')) as [number | null];
   if (code !== 0) throw new Error(`pull exited with ${code}: ${stderr}`);
+}
+
+/** A TCP port nothing listens on now (the agent of a pull-launch run takes it). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
 }
 
 /** CPU time (user + system) a process has used so far, in ms; NaN where /proc cannot say. */
