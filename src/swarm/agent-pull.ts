@@ -59,6 +59,8 @@ export interface AgentPullOptions {
   onDestinationRefused?: (reason: string) => void;
   /** How long to keep asking an agent that refuses connections (still starting). Default 10 s. */
   agentStartWaitMs?: number;
+  /** The agent has refused connections for AGENT_START_NOTICE_MS; the pull waits up to `waitMs` in all. */
+  onWaitingForAgent?: (waitMs: number) => void;
   /**
    * How often to hear of the agent's progress while it fills the model (each is a status request
    * that waits at the agent for completion up to this long). Default PROGRESS_PERIOD_MS.
@@ -90,6 +92,8 @@ const AGENT_START_WAIT_MS = 10_000;
  * listened on the 8-host testbed.
  */
 const AGENT_START_QUICK_MS = 2_000;
+/** After this long without an agent, the pull says it is waiting for one (`onWaitingForAgent`). */
+const AGENT_START_NOTICE_MS = 1_000;
 const AGENT_START_QUICK_RETRY_MS = 20;
 const AGENT_START_SLOW_RETRY_MS = 250;
 
@@ -107,8 +111,10 @@ async function whileAgentStarts<T>(
   url: string,
   waitMs: number,
   signal: AbortSignal | undefined,
+  onWaiting: ((waitMs: number) => void) | undefined,
 ): Promise<T> {
   const started = performance.now();
+  let told = false;
   for (;;) {
     try {
       return await call();
@@ -118,6 +124,10 @@ async function whileAgentStarts<T>(
         const waited = performance.now() - started;
         const delay = agentStartRetryDelayMs(waited);
         if (waited + delay > waitMs || signal?.aborted === true) throw error;
+        if (!told && waited >= AGENT_START_NOTICE_MS) {
+          told = true;
+          onWaiting?.(waitMs);
+        }
         await new Promise((resolve) => setTimeout(resolve, delay));
         if (await accepting(url, AGENT_START_SLOW_RETRY_MS)) break;
       }
@@ -259,6 +269,7 @@ async function pullThroughAgent(
       base,
       options.agentStartWaitMs ?? AGENT_START_WAIT_MS,
       options.signal,
+      options.onWaitingForAgent,
     );
   } catch (error) {
     // The agent names what it refuses as its join request's; a manifest that is not valid is

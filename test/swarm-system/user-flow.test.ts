@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { type Manifest } from '../../src/manifest/manifest.js';
 import { startFileServer, type FileServer } from '../../src/origin/file-server.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
+import { agentPull } from '../../src/swarm/agent-pull.js';
 import { findLocalAgent } from '../../src/swarm/local-agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { CLI } from '../../scripts/cluster.js';
@@ -278,6 +279,40 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
       assert.ok(await sameFiles(modelDir, dest, paths));
     } finally {
       await agent.close();
+    }
+  });
+
+  it('says it waits for an agent that does not answer yet, and joins it once it listens', async () => {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const dest = join(work.path, 'dest-told');
+    let agent: Agent | undefined;
+    let starting: Promise<Agent> | undefined;
+    const told: number[] = [];
+    try {
+      const { status } = await agentPull(origin.url, dest, {
+        manifestBytes: await readFile(manifestPath),
+        manifestName: manifestPath,
+        agentUrl: `http://127.0.0.1:${port}`,
+        // The agent starts only once the pull has said it waits: the notice cannot race the agent.
+        onWaitingForAgent: (waitMs) => {
+          told.push(waitMs);
+          starting = Agent.start({
+            schedulerUrl: scheduler.url,
+            cacheDir: join(work.path, 'told'),
+            port,
+            destinationRoots: [work.path],
+          });
+        },
+      });
+      agent = await starting;
+      assert.deepEqual(told, [10_000], 'told once, with the whole wait');
+      assert.equal(status.complete, true);
+      assert.ok(await sameFiles(modelDir, dest, paths));
+    } finally {
+      await (agent ?? (await starting?.catch(() => undefined)))?.close();
     }
   });
 

@@ -273,6 +273,10 @@ async function swarmPullCommand(src: string, flags: PullFlags, io: CliIo): Promi
           progress.log(
             `weightcast: the agent's copy at ${dir} has changed since the agent verified it (${where} does not match the manifest); fetching what it gets wrong from the origin`,
           ),
+        onWaitingForAgent: (waitMs) =>
+          progress.log(
+            `weightcast: the agent at ${flags.agent as string} does not answer yet (still starting?); waiting up to ${waitMs / 1000} s for it`,
+          ),
         onDestinationRefused: (reason) =>
           progress.log(
             `weightcast: the agent cannot write into ${flags.to} (${reason}); it fetches into its cache, and this pull copies the files out`,
