@@ -1,7 +1,10 @@
 /**
  * A fixed set of worker threads running one script, with a FIFO queue of jobs: a job goes to the
  * next idle worker, its answer is the worker's next message. Idle workers do not keep the process
- * alive. A worker that crashes fails its job and is replaced; a job whose signal aborted before it
+ * alive. A worker that crashes fails its job and is replaced, unless FAILED_STARTS_MAX workers in a
+ * row died before their first answer: then the pool fails every job, now and later, with one typed
+ * error instead of replacing them again and again (a missing script, or a process that cannot start
+ * more threads, would otherwise spin a core). A job whose signal aborted before it
  * started is dropped, and one that aborted while running finishes and is then rejected (jobs are
  * bounded in size). close() rejects whatever is queued or running and stops the workers.
  *
@@ -17,6 +20,13 @@ export interface WorkerJobOptions {
   signal?: AbortSignal | undefined;
 }
 
+/**
+ * Workers in a row that died before their first answer after which the pool stops replacing them
+ * (any answer starts the count again): three, so a job that crashes a fresh worker now and then
+ * does not end the pool.
+ */
+export const FAILED_STARTS_MAX = 3;
+
 interface Pending<Request, Answer> {
   request: Request;
   options: WorkerJobOptions;
@@ -30,6 +40,11 @@ export class WorkerPool<Request, Answer> {
   private readonly queue: Array<Pending<Request, Answer>> = [];
   private readonly running = new Map<Worker, Pending<Request, Answer>>();
   private closed = false;
+  /** Workers that answered a job: one that dies later had started fine. */
+  private readonly answered = new WeakSet<Worker>();
+  private failedStarts = 0;
+  /** Set once FAILED_STARTS_MAX workers in a row died before answering: every job fails with it. */
+  private broken: WeightcastError | undefined;
 
   /** `what` names the pool in errors ("hash pool"); `workerData` goes to every worker. */
   constructor(
@@ -47,6 +62,7 @@ export class WorkerPool<Request, Answer> {
 
   run(request: Request, options: WorkerJobOptions = {}): Promise<Answer> {
     if (this.closed) return Promise.reject(this.closedError());
+    if (this.broken !== undefined) return Promise.reject(this.broken);
     if (options.signal?.aborted === true) return Promise.reject(abortError(options.signal, this.what));
     // No abort listener per job: a queued job is dropped when it reaches the front of the queue.
     return new Promise<Answer>((resolve, reject) => {
@@ -100,6 +116,8 @@ export class WorkerPool<Request, Answer> {
   private finish(worker: Worker, answer: Answer): void {
     const pending = this.running.get(worker);
     this.running.delete(worker);
+    this.answered.add(worker);
+    this.failedStarts = 0;
     worker.unref();
     this.idle.push(worker);
     const signal = pending?.options.signal;
@@ -108,7 +126,7 @@ export class WorkerPool<Request, Answer> {
     this.pump();
   }
 
-  /** A crashed worker fails its job; a fresh one takes its place. */
+  /** A crashed worker fails its job; a fresh one takes its place, unless workers cannot start. */
   private fail(worker: Worker, error: Error): void {
     const pending = this.running.get(worker);
     this.running.delete(worker);
@@ -116,9 +134,25 @@ export class WorkerPool<Request, Answer> {
     pending?.reject(
       new WeightcastError('IO', `a ${this.what} worker failed: ${error.message}`, {}, { cause: error }),
     );
-    if (!this.closed) {
+    if (this.closed || this.broken !== undefined) return;
+    if (!this.answered.has(worker)) this.failedStarts++;
+    if (this.failedStarts < FAILED_STARTS_MAX) {
       this.idle.push(this.spawn());
       this.pump();
+      return;
     }
+    this.broken = new WeightcastError(
+      'IO',
+      `the ${this.what}'s worker threads cannot start: ${this.failedStarts} in a row failed before their first answer (the last: ${error.message})`,
+      {},
+      { cause: error },
+    );
+    for (const queued of this.queue.splice(0)) queued.reject(this.broken);
+    for (const [other, running] of this.running) {
+      this.running.delete(other);
+      running.reject(this.broken);
+    }
+    this.idle.length = 0;
+    void Promise.all(this.all.splice(0).map((other) => other.terminate())).catch(() => undefined);
   }
 }
