@@ -910,7 +910,7 @@ function printReport(report: Report): void {
     const rtt = leg.schedulerRttMs;
     if (rtt === undefined) continue;
     console.log(
-      `${legLabel(leg)}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, queueing included): ` +
+      `${legLabel(leg)}: the scheduler's connections' TCP RTT (ss -ti in its namespace every 0.5 s, connections that sent since the last look, queueing included): ` +
         `p50 ${rtt.p50.toFixed(2)} ms, p90 ${rtt.p90.toFixed(2)} ms (${rtt.samples} samples)`,
     );
   }

@@ -307,9 +307,22 @@ export function ssConnectionsArgv(port: number): string[] {
   return ['ss', '-Htin', 'state', 'established', `( sport = :${port} )`];
 }
 
-/** The smoothed round-trip times (ms) in `ss -i` output, one per connection. */
-export function parseSsRttsMs(ssOutput: string): number[] {
-  return [...ssOutput.matchAll(/\brtt:([\d.]+)\//g)].map((match) => Number(match[1]));
+/**
+ * The smoothed round-trip times (ms) in `ss -i` output, one per connection that sent something in the
+ * last `activeMs` (its `lastsnd`; a connection that does not say counts). An idle connection's RTT is
+ * as of its last exchange: agents keep their registration's connection open, idle from the quiet
+ * start on, and counting those made the scheduler's p50 look several times faster than its traffic.
+ */
+export function parseSsRttsMs(ssOutput: string, activeMs = Number.POSITIVE_INFINITY): number[] {
+  const rtts: number[] = [];
+  for (const line of ssOutput.split('\n')) {
+    const rtt = /\brtt:([\d.]+)\//.exec(line);
+    if (rtt === null) continue;
+    const lastSend = /\blastsnd:(\d+)/.exec(line);
+    if (lastSend !== null && Number(lastSend[1]) > activeMs) continue;
+    rtts.push(Number(rtt[1]));
+  }
+  return rtts;
 }
 
 /**

@@ -518,7 +518,8 @@ const RTT_SAMPLE_INTERVAL_MS = 500;
 /**
  * Samples the kernel's smoothed RTT of every established TCP connection on `port` in an endpoint's
  * namespace (`ss -ti`) until stopped: for the scheduler, the round trip its sync messages see,
- * queueing in the capped links included (not the scheduler's own processing time).
+ * queueing in the capped links included (not the scheduler's own processing time). Only connections
+ * that sent something since the last sample count (an idle one's RTT is as of its last exchange).
  */
 export class RttSampler {
   readonly #samplesMs: number[] = [];
@@ -546,7 +547,10 @@ export class RttSampler {
     while (!this.#stopped) {
       try {
         this.#samplesMs.push(
-          ...parseSsRttsMs(await runIn(this.hostSet, this.endpoint.ns, ssConnectionsArgv(this.port))),
+          ...parseSsRttsMs(
+            await runIn(this.hostSet, this.endpoint.ns, ssConnectionsArgv(this.port)),
+            RTT_SAMPLE_INTERVAL_MS,
+          ),
         );
       } catch {
         // A sample missed (the testbed closing, a slow ss): the next one counts.

@@ -205,7 +205,7 @@ test('chain hosts forward before they extract, drain what tar leaves unread; the
   ]);
 });
 
-test("the scheduler's connections' RTTs are read from ss -ti", () => {
+test("the scheduler's connections' RTTs are read from ss -ti, idle ones left out when asked", () => {
   assert.deepEqual(ssConnectionsArgv(7000), ['ss', '-Htin', 'state', 'established', '( sport = :7000 )']);
   const output = [
     '0      0      10.77.0.1:7000 10.77.0.2:53422',
@@ -215,6 +215,15 @@ test("the scheduler's connections' RTTs are read from ss -ti", () => {
   ].join('\n');
   assert.deepEqual(parseSsRttsMs(output), [3.25, 41]);
   assert.deepEqual(parseSsRttsMs(''), []);
+  // Only connections that sent within the window count: an idle one's RTT is from its last exchange.
+  const withLastSend = [
+    '0      0      10.77.0.1:7000 10.77.0.2:53422',
+    '\t cubic rtt:0.1/0.05 mss:1448 lastsnd:9000 lastrcv:9000 lastack:9000',
+    '0      0      10.77.0.1:7000 10.77.0.3:53424',
+    '\t cubic rtt:18.5/4 mss:1448 lastsnd:120 lastrcv:80 lastack:80',
+  ].join('\n');
+  assert.deepEqual(parseSsRttsMs(withLastSend, 500), [18.5]);
+  assert.deepEqual(parseSsRttsMs(withLastSend), [0.1, 18.5]);
 });
 
 test("the origin's nginx config: foreground, one process, the model's root; paths that need quoting refused", () => {
