@@ -87,9 +87,8 @@ const AGENT_START_WAIT_MS = 10_000;
  * is over. Looking is a bare TCP connection (`accepting`): refused, it costs ~0.1 ms of CPU, a
  * refused join request ~0.5 ms, and sixteen processes may be starting on a few cores.
  *
- * Measured: with the pulls started together with their agents (bench:fanout `--pull-start launch`),
- * the doubling delays before (50 ms up to 500) had the pulls join 0.06-0.39 s after their agents
- * listened on the 8-host testbed.
+ * Measured (`bench/agent-start.js --join pull-launch`, a pull started with its agent): first piece
+ * 165-170 ms from the launch with the doubling delays before (50 ms up to 500), 142-152 ms with these.
  */
 const AGENT_START_QUICK_MS = 2_000;
 /** After this long without an agent, the pull says it is waiting for one (`onWaitingForAgent`). */
