@@ -35,7 +35,10 @@ after(async () => {
   await work.cleanup();
 });
 
-/** Relays connections to `target`, noting the request lines each connection carried, in order. */
+/**
+ * Relays connections to `target`, noting the request lines each connection carried, in order, and
+ * (as `< STATUS`) the status lines of the answers that came back on it.
+ */
 async function recordingRelay(
   target: string,
 ): Promise<{ url: string; requests: string[][]; server: Server }> {
@@ -48,6 +51,10 @@ async function recordingRelay(
     client.on('data', (chunk: Buffer) => {
       for (const match of chunk.toString('latin1').matchAll(/^(GET|POST|PUT|DELETE) (\S+) HTTP\/1\.1\r$/gm))
         seen.push(`${match[1]} ${match[2]}`);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      for (const match of chunk.toString('latin1').matchAll(/^HTTP\/1\.1 (\d{3}) /gm))
+        seen.push(`< ${match[1]}`);
     });
     client.pipe(upstream).pipe(client);
     client.on('error', () => upstream.destroy());
@@ -63,14 +70,19 @@ describe('an agent and its scheduler', { timeout: 30_000 }, () => {
     const relay = await recordingRelay(scheduler.url);
     const agent = await Agent.start({ schedulerUrl: relay.url, cacheDir: join(work.path, 'cache') });
     try {
-      for (let wait = 0; wait < 200 && !relay.requests.flat().includes('GET /healthz'); wait++)
-        await sleep(10);
-      assert.deepEqual(relay.requests, [['GET /healthz']], 'one connection, opened at start');
+      // The warm-up's answer back (its connection then waits in the pool), before the join.
+      for (let wait = 0; wait < 500 && !relay.requests.flat().includes('< 200'); wait++) await sleep(10);
+      await sleep(50);
+      assert.deepEqual(relay.requests, [['GET /healthz', '< 200']], 'one connection, opened at start');
       await agent.join({ source: origin.url, manifest });
+      const requests = (): string[][] =>
+        relay.requests.map((lines) => lines.filter((line) => !line.startsWith('<')));
       const registered = (): boolean =>
-        relay.requests.flat().some((line) => /^POST \/v1\/swarms\/\w+\/hosts$/.test(line));
+        requests()
+          .flat()
+          .some((line) => /^POST \/v1\/swarms\/\w+\/hosts$/.test(line));
       for (let wait = 0; wait < 500 && !registered(); wait++) await sleep(10);
-      const first = relay.requests[0] ?? [];
+      const first = requests()[0] ?? [];
       assert.equal(first[0], 'GET /healthz');
       assert.match(first[1] ?? '', /^POST \/v1\/swarms\/\w+\/hosts$/, JSON.stringify(relay.requests));
     } finally {
