@@ -41,3 +41,45 @@ test('a leaf cannot pose as an inner node (domain separation)', () => {
   // With a single-leaf tree whose "piece digest" is the root, the result must differ.
   assert.notEqual(merkleRoot([root]), root);
 });
+
+/** The tree as the module's comment defines it, written out with one hasher per node: the reference. */
+function referenceRoot(leavesHex: readonly string[]): string {
+  if (leavesHex.length === 0) return digest('');
+  let level: Buffer[] = leavesHex.map((hex) =>
+    createHash('sha256')
+      .update(Buffer.from([0x00]))
+      .update(Buffer.from(hex, 'hex'))
+      .digest(),
+  );
+  while (level.length > 1) {
+    const next: Buffer[] = [];
+    for (let i = 0; i < level.length; i += 2) {
+      const [left, right] = [level[i] as Buffer, level[i + 1]];
+      next.push(
+        right === undefined
+          ? left
+          : createHash('sha256')
+              .update(Buffer.from([0x01]))
+              .update(left)
+              .update(right)
+              .digest(),
+      );
+    }
+    level = next;
+  }
+  return (level[0] as Buffer).toString('hex');
+}
+
+test('roots are the defined tree: the same as hashing each node on its own, any size, any digest length', () => {
+  for (const count of [1, 2, 3, 5, 8, 13, 64, 65, 519]) {
+    assert.equal(merkleRoot(pieces(count)), referenceRoot(pieces(count)), `count ${count}`);
+  }
+  // Manifests carry 32-byte digests; anything else is hashed as given, not padded or cut.
+  const odd = ['abcd', digest('x'), `${digest('y')}00`];
+  assert.equal(merkleRoot(odd), referenceRoot(odd));
+  const leaves = pieces(6);
+  const proof = merkleProof(leaves, 2).map((step, i) =>
+    i === 0 ? { ...step, hash: step.hash.slice(0, 10) } : step,
+  );
+  assert.equal(verifyMerkleProof(leaves[2] as string, proof, merkleRoot(leaves)), false);
+});
