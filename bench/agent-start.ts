@@ -19,16 +19,17 @@
  */
 
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { buildManifest } from '../src/manifest/build.js';
 import { encodeManifest, manifestDigest, writeManifest, type Manifest } from '../src/manifest/manifest.js';
+import { merkleRoot } from '../src/manifest/merkle.js';
 import { startFileServer } from '../src/origin/file-server.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
@@ -42,7 +43,7 @@ const COMPLETE_TIMEOUT_MS = 30_000;
 const CLOCK_TICKS_PER_SECOND = 100;
 
 const USAGE =
-  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull|pull-launch (api)] [--node-extra-ca-certs inherit|unset (inherit)]';
+  'usage: node dist/bench/agent-start.js [--runs N (5)] [--mib M (16, even)] [--cli PATH (this build)] [--join api|pull|pull-launch (api)] [--node-extra-ca-certs inherit|unset (inherit)] [--sparse-gib G --piece-kib K (a model of holes: the join and the first piece only; --join api)]';
 
 const JOINED_BY = {
   api: 'its local API',
@@ -61,6 +62,8 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
       cli: { type: 'string', default: CLI },
       join: { type: 'string', default: 'api' },
       'node-extra-ca-certs': { type: 'string', default: 'inherit' },
+      'sparse-gib': { type: 'string' },
+      'piece-kib': { type: 'string' },
     },
     strict: true,
   });
@@ -68,16 +71,33 @@ const args = readBenchArgs('agent-start', USAGE, (argv) => {
     throw new BenchUsageError(`--join must be api, pull or pull-launch, not "${values.join}"`);
   const mib = flagNumber(values.mib, '--mib', 16, { min: 2, max: 4096, integer: true });
   if (mib % 2 !== 0) throw new BenchUsageError(`--mib must be even (the model is two files), not ${mib}`);
+  const sparseGib =
+    values['sparse-gib'] === undefined
+      ? undefined
+      : flagNumber(values['sparse-gib'], '--sparse-gib', 1, { min: 1, max: 4096, integer: true });
+  if (sparseGib !== undefined && values.join !== 'api')
+    throw new BenchUsageError(
+      '--sparse-gib measures the join and the first piece only: use it with --join api',
+    );
+  const pieceKib = flagNumber(values['piece-kib'], '--piece-kib', 1024, {
+    min: 64,
+    max: 65536,
+    integer: true,
+  });
+  if ((pieceKib & (pieceKib - 1)) !== 0)
+    throw new BenchUsageError(`--piece-kib must be a power of two, not ${pieceKib}`);
   return {
     runs: flagNumber(values.runs, '--runs', 5, { min: 1, max: 1000, integer: true }),
     mib,
+    sparseGib,
+    pieceBytes: pieceKib * 1024,
     cli: values.cli,
     joiner: values.join as Joiner,
     nodeExtraCa: parseNodeExtraCa(values['node-extra-ca-certs']),
   };
 });
 if (args === undefined) process.exit();
-const { runs, mib, cli, joiner, nodeExtraCa } = args;
+const { runs, mib, sparseGib, pieceBytes, cli, joiner, nodeExtraCa } = args;
 // Said before the runs: what the environment's NODE_EXTRA_CA_CERTS costs each process they start.
 const nodeStartNote = applyNodeExtraCa(nodeExtraCa);
 
@@ -86,10 +106,10 @@ const disarmCleanup = removedOnAbruptEnd(work);
 try {
   const modelDir = join(work, 'model');
   await mkdir(modelDir);
-  for (let file = 0; file < 2; file++) {
-    await writeFile(join(modelDir, `part-${file}.bin`), randomBytes((mib / 2) * MiB));
-  }
-  const manifest = await buildManifest(new LocalOrigin(modelDir), { pieceSize: MiB });
+  const manifest =
+    sparseGib === undefined
+      ? await randomModel(modelDir, mib)
+      : await sparseModel(modelDir, sparseGib * 1024 * MiB, pieceBytes);
   const hex = manifestDigest(manifest).slice('sha256:'.length);
   const manifestPath = join(work, 'manifest.json');
   await writeManifest(manifestPath, manifest);
@@ -110,6 +130,7 @@ try {
   try {
     for (let run = 0; run < runs; run++) {
       firstPiece = undefined;
+      let joinAnswered: number | undefined;
       // pull-launch: the pull starts with the agent, so it must know the agent's port beforehand.
       const port = joiner === 'pull-launch' ? await freePort() : 0;
       const launched = performance.now();
@@ -149,10 +170,17 @@ try {
             [cli, 'pull', origin.url, '--to', to, '--manifest', manifestPath, '--agent', agent.url],
             (pid) => (pullPid = pid),
           );
+        } else if (sparseGib !== undefined) {
+          await joinByApi(agent.url, origin.url, manifest, hex, false);
+          joinAnswered = performance.now() - launched;
+          // A model of holes: what it costs to join, and to its first piece, not the whole model.
+          for (let waited = 0; firstPiece === undefined && waited < COMPLETE_TIMEOUT_MS; waited += 10)
+            await new Promise((resolve) => setTimeout(resolve, 10));
         } else {
           await joinByApi(agent.url, origin.url, manifest, hex);
         }
-        const completed = performance.now() - launched;
+        // A sparse model's last column is when the agent answered the join; else when it was done.
+        const completed = joinAnswered ?? performance.now() - launched;
         const first = firstPiece ?? { atMs: NaN, cpuMs: NaN, pullCpuMs: NaN };
         rows.push([
           String(run + 1),
@@ -174,13 +202,18 @@ try {
     const sorted = rows.map((row) => Number(row[column])).sort((a, b) => a - b);
     return ms(sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN);
   };
+  const pieces = manifest.files.reduce((sum, file) => sum + file.pieces.length, 0);
+  const modelLabel =
+    sparseGib === undefined
+      ? `${mib} MiB in 1 MiB pieces`
+      : `a sparse ${sparseGib} GiB model in ${pieceBytes / 1024} KiB pieces (${pieces} pieces; the run ends at its first piece)`;
   const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
   if (joiner !== 'api') header.push('pull CPU by then');
-  header.push('complete');
+  header.push(sparseGib === undefined ? 'complete' : 'join answered');
   rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
   if (nodeStartNote !== undefined) process.stdout.write(`${nodeStartNote}\n`);
   process.stdout.write(
-    `cold agent, ${mib} MiB in 1 MiB pieces, joined by ${JOINED_BY[joiner]}; ms from the agent's launch\n` +
+    `cold agent, ${modelLabel}, joined by ${JOINED_BY[joiner]}; ms from the agent's launch\n` +
       textTable(header, rows, header.map((_, index) => index).slice(1)).join('\n') +
       '\n',
   );
@@ -189,8 +222,43 @@ try {
   disarmCleanup();
 }
 
-/** Posts the join to the agent's local API and waits until the agent holds the model. */
-async function joinByApi(agentUrl: string, source: string, manifest: Manifest, hex: string): Promise<void> {
+/** Two files of random bytes, `mib` MiB in all, and their manifest in 1 MiB pieces. */
+async function randomModel(modelDir: string, mib: number): Promise<Manifest> {
+  for (let file = 0; file < 2; file++) {
+    await writeFile(join(modelDir, `part-${file}.bin`), randomBytes((mib / 2) * MiB));
+  }
+  return buildManifest(new LocalOrigin(modelDir), { pieceSize: MiB });
+}
+
+/**
+ * Two sparse files, `bytes` in all, holding nothing (zeros read back), and their manifest: every
+ * piece is the same zeros, so the digests are one hash and no byte is read to build it. For the
+ * per-piece costs of a join at scale (65,536 pieces: 32 GiB in 512 KiB pieces) without the disk.
+ */
+async function sparseModel(modelDir: string, bytes: number, pieceSize: number): Promise<Manifest> {
+  const fileSize = bytes / 2;
+  const pieceDigest = createHash('sha256').update(Buffer.alloc(pieceSize)).digest('hex');
+  const files = [];
+  for (let file = 0; file < 2; file++) {
+    const path = `part-${file}.bin`;
+    await truncate(join(modelDir, path), fileSize).catch(async () => {
+      await writeFile(join(modelDir, path), '');
+      await truncate(join(modelDir, path), fileSize);
+    });
+    const pieces = new Array<string>(Math.ceil(fileSize / pieceSize)).fill(pieceDigest);
+    files.push({ path, size: fileSize, merkleRoot: merkleRoot(pieces), pieces });
+  }
+  return { pieceSize, files };
+}
+
+/** Posts the join to the agent's local API and waits until the agent holds the model (or not: `wait`). */
+async function joinByApi(
+  agentUrl: string,
+  source: string,
+  manifest: Manifest,
+  hex: string,
+  wait = true,
+): Promise<void> {
   const joined = await fetch(`${agentUrl}/v1/local/models`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -198,6 +266,8 @@ async function joinByApi(agentUrl: string, source: string, manifest: Manifest, h
     signal: AbortSignal.timeout(COMPLETE_TIMEOUT_MS),
   });
   if (!joined.ok) throw new Error(`join refused: ${joined.status} ${await joined.text()}`);
+  await joined.arrayBuffer();
+  if (!wait) return;
   const status = await fetch(`${agentUrl}/v1/local/models/${hex}?waitCompleteMs=${COMPLETE_TIMEOUT_MS}`, {
     signal: AbortSignal.timeout(COMPLETE_TIMEOUT_MS + 5000),
   });
