@@ -125,6 +125,23 @@ test('a Merkle root that does not match the pieces is rejected', () => {
   );
 });
 
+test("merkleRoots 'skip' (the scheduler's parse) leaves the roots unchecked and checks all else", () => {
+  const badRoot = mutate((doc) => {
+    (doc.files[CONFIG] as Record<string, unknown>)['merkleRoot'] = digest('nope');
+  });
+  const parsed = parseManifest(badRoot, 'the registered manifest', { merkleRoots: 'skip' });
+  assert.equal(parsed.files[CONFIG]?.merkleRoot, digest('nope'));
+  const alsoShort = mutate((doc) => {
+    const file = doc.files[CONFIG] as Record<string, unknown>;
+    file['merkleRoot'] = digest('nope');
+    file['pieces'] = [];
+  });
+  assert.throws(
+    () => parseManifest(alsoShort, 'the registered manifest', { merkleRoots: 'skip' }),
+    (error: unknown) => isWeightcastError(error, 'MANIFEST_SIZE_MISMATCH'),
+  );
+});
+
 test('duplicate paths, file-and-directory clashes, bad JSON and bad piece sizes are rejected', () => {
   rejects(
     mutate((doc) => {
