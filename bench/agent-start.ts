@@ -21,7 +21,6 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { createServer, type AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -33,7 +32,7 @@ import { merkleRoot } from '../src/manifest/merkle.js';
 import { startFileServer } from '../src/origin/file-server.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
-import { CLI, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
+import { CLI, freePort, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
 import { applyNodeExtraCa, parseNodeExtraCa } from './netns/node-start.js';
 
@@ -291,17 +290,6 @@ async function runPull(
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
   const [code] = (await once(child, 'exit')) as [number | null];
   if (code !== 0) throw new Error(`pull exited with ${code}: ${stderr}`);
-}
-
-/** A TCP port nothing listens on now (the agent of a pull-launch run takes it). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
 }
 
 /** CPU time (user + system) a process has used so far, in ms; NaN where /proc cannot say. */

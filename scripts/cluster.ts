@@ -7,6 +7,7 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer, type AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -58,6 +59,15 @@ export type AgentStatus = ModelStatus;
 export function profileNodeArgs(): string[] {
   const profile = process.env['WEIGHTCAST_PROFILE_DIR'];
   return profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+}
+
+/** A loopback port nothing listens on (taken, then freed): for "nobody answers" cases, or a port to give a process. */
+export async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
 }
 
 /** Starts `node argv...` and resolves with its URL once it prints one matching `pattern`. */

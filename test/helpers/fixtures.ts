@@ -1,7 +1,6 @@
 /** Temporary directories and small deterministic model-like files for tests. */
 
 import { createHash } from 'node:crypto';
-import { createServer, type AddressInfo } from 'node:net';
 import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -106,11 +105,5 @@ export async function smallModelWithManifest(dir: string): Promise<{
   return { modelDir, manifest, manifestPath, hex, paths: manifest.files.map((file) => file.path) };
 }
 
-/** A loopback port nothing listens on (taken, then freed): for "nobody answers" cases. */
-export async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
+/** A loopback port nothing listens on: scripts/cluster.ts's, shared with the benchmarks. */
+export { freePort } from '../../scripts/cluster.js';

@@ -22,7 +22,7 @@ import { agentPull } from '../../src/swarm/agent-pull.js';
 import { findLocalAgent } from '../../src/swarm/local-agent.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
 import { CLI } from '../../scripts/cluster.js';
-import { sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
+import { freePort, sameFiles, tempDir, smallModelWithManifest } from '../helpers/fixtures.js';
 
 const run = promisify(execFile);
 
@@ -283,10 +283,7 @@ describe('pull through the agent of this host', { timeout: 120_000 }, () => {
   });
 
   it('says it waits for an agent that does not answer yet, and joins it once it listens', async () => {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const port = (probe.address() as AddressInfo).port;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const port = await freePort();
     const dest = join(work.path, 'dest-told');
     let agent: Agent | undefined;
     let starting: Promise<Agent> | undefined;
