@@ -14,8 +14,9 @@
  * finding it as a local agent (WEIGHTCAST_AGENT with the port the agent is given) and waiting for it
  * to listen.
  * The model is M MiB in 1 MiB pieces (default 16). `--cli` runs another build's bin/weightcast.js,
- * to compare. Where the environment sets NODE_EXTRA_CA_CERTS, which Node loads at every process
- * start, the run says what it costs (netns/node-start.ts); `--node-extra-ca-certs unset` runs without it. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
+ * to compare, through the launcher beside it where that build has one (bin/weightcast), as a user
+ * starts it. Where the environment sets NODE_EXTRA_CA_CERTS, the run says what it costs a Node
+ * process that loads it at start (netns/node-start.ts); `--node-extra-ca-certs unset` runs without it. Set WEIGHTCAST_PROFILE_DIR for a CPU profile of every child.
  */
 
 import { spawn } from 'node:child_process';
@@ -32,7 +33,14 @@ import { merkleRoot } from '../src/manifest/merkle.js';
 import { startFileServer } from '../src/origin/file-server.js';
 import { LocalOrigin } from '../src/origin/local.js';
 import { textTable } from '../src/util/text-table.js';
-import { CLI, freePort, profileNodeArgs, startProcess, stopProcess } from '../scripts/cluster.js';
+import {
+  CLI,
+  freePort,
+  nodeCommand,
+  profileNodeArgs,
+  startProcess,
+  stopProcess,
+} from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs, removedOnAbruptEnd } from './bench-args.js';
 import { applyNodeExtraCa, parseNodeExtraCa } from './netns/node-start.js';
 
@@ -274,16 +282,17 @@ async function joinByApi(
   if (!complete) throw new Error(`not complete after ${COMPLETE_TIMEOUT_MS} ms`);
 }
 
-/** Runs `node argv...` to its end (bounded in time); throws unless it exits with 0. */
+/** Runs `node argv...` (nodeCommand: a weightcast command through its launcher) to its end (bounded in time); throws unless it exits with 0. */
 async function runPull(
   argv: readonly string[],
   onSpawn: (pid: number | undefined) => void,
   env: Record<string, string> = {},
 ): Promise<void> {
-  const child = spawn(process.execPath, [...profileNodeArgs(), ...argv], {
+  const command = nodeCommand(argv, profileNodeArgs(), { ...process.env, ...env });
+  const child = spawn(command.file, command.args, {
     stdio: ['ignore', 'ignore', 'pipe'],
     timeout: COMPLETE_TIMEOUT_MS,
-    env: { ...process.env, ...env },
+    env: command.env,
   });
   onSpawn(child.pid);
   let stderr = '';

@@ -58,7 +58,7 @@ import {
 import { chaosTable, checkCopy, summarizeRow, type HostOutcome, type RowResult } from './chaos/report.js';
 import { onAbruptEnd, firstMatch, stopChild, waitForExit } from './netns/children.js';
 import { ensureClusterTokens } from './netns/cluster-tokens.js';
-import { userPullArgv } from './netns/commands.js';
+import { userPullArgv, weightcastCommand } from './netns/commands.js';
 import { log, spawnLogged, START_TIMEOUT_MS } from './netns/leg-runtime.js';
 import { MTU_DEFAULT, tcpPayloadShare } from './netns/plan.js';
 import { lowerBoundSeconds } from './netns/report.js';
@@ -68,7 +68,8 @@ import { createTestbed, LoopbackHosts, netnsProblem, servicePort, type HostSet }
 const run = promisify(execFile);
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CLI = join(ROOT, 'bin', 'weightcast.js');
+/** The `weightcast` command as users start it (the launcher). */
+const WEIGHTCAST = join(ROOT, 'bin', 'weightcast');
 const FAULT_ORIGIN = fileURLToPath(new URL('./chaos/fault-origin.js', import.meta.url));
 const NODE = process.execPath;
 /** The services' ports inside the namespaces (each endpoint has an address of its own). */
@@ -136,8 +137,7 @@ async function startOrigin(
 async function startScheduler(bench: Bench, port: number, name: string): Promise<ChildProcess> {
   const { hostSet, logDir } = bench;
   const argv = [
-    NODE,
-    CLI,
+    WEIGHTCAST,
     'scheduler',
     '--port',
     String(port),
@@ -195,8 +195,7 @@ function hostRuns(
         : [];
     const corrupt = kind === 'corrupt-peer' && index === bench.targets.corrupt;
     const agentArgv = [
-      NODE,
-      CLI,
+      WEIGHTCAST,
       'agent',
       '--scheduler',
       schedulerUrl,
@@ -212,8 +211,7 @@ function hostRuns(
       ...(corrupt ? ['--inject-corrupt-uploads'] : []),
     ];
     const pullArgv = userPullArgv({
-      node: NODE,
-      cli: CLI,
+      weightcast: weightcastCommand(WEIGHTCAST),
       source: bench.modelUrl,
       manifestPath: bench.manifestPath,
       dir: dest,

@@ -57,7 +57,13 @@ import { formatBytes } from '../src/util/units.js';
 import { bittorrentLeg, chainLeg, nodeChainLeg, storeRingLeg } from './netns/baseline-legs.js';
 import { cgroupProblem, CgroupTree } from './netns/cgroup.js';
 import { ChildRegistry, firstMatch, onAbruptEnd, stopChild, tailOf, waitForExit } from './netns/children.js';
-import { NGINX_PORT, nginxArgv, nginxOriginConfig, userPullArgv } from './netns/commands.js';
+import {
+  NGINX_PORT,
+  nginxArgv,
+  nginxOriginConfig,
+  userPullArgv,
+  weightcastCommand,
+} from './netns/commands.js';
 import {
   allReady,
   failedRuns,
@@ -122,6 +128,8 @@ import { applyNodeExtraCa } from './netns/node-start.js';
 const MiB = 1024 * 1024;
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CLI = join(ROOT, 'bin', 'weightcast.js');
+/** The `weightcast` command as users start it: every process whose time and CPU a leg counts. */
+const WEIGHTCAST = join(ROOT, 'bin', 'weightcast');
 const JOIN_CLIENT = fileURLToPath(new URL('./netns/join-client.js', import.meta.url));
 const FILE_SERVER = join(ROOT, 'dist', 'src', 'origin', 'file-server-main.js');
 const NODE = process.execPath;
@@ -314,8 +322,7 @@ async function naiveLeg(context: LegContext): Promise<LegMeasurement> {
       context,
       meter,
       (_host, index) => [
-        NODE,
-        CLI,
+        WEIGHTCAST,
         'pull',
         modelUrl,
         '--to',
@@ -359,9 +366,7 @@ async function startScheduler(
   const { hostSet, options } = context;
   const place = options.schedulerOn === 'origin' ? hostSet.origin : hostSet.control;
   const argv = [
-    NODE,
-    ...profileFlags(),
-    CLI,
+    ...weightcastCommand(WEIGHTCAST, profileFlags()),
     'scheduler',
     '--port',
     String(await servicePort(hostSet, SCHEDULER_PORT)),
@@ -404,9 +409,7 @@ function agentArgv(
       ? ['--upload-mbps', String(host.mbps), '--download-mbps', String(host.mbps)]
       : [];
   return [
-    NODE,
-    ...profileFlags(),
-    CLI,
+    ...weightcastCommand(WEIGHTCAST, profileFlags()),
     'agent',
     '--scheduler',
     schedulerUrl,
@@ -466,8 +469,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
         context,
         host.ns,
         userPullArgv({
-          node: NODE,
-          cli: CLI,
+          weightcast: weightcastCommand(WEIGHTCAST),
           source: modelUrl,
           manifestPath: model.manifestPath,
           dir: dirs[index] ?? '',
@@ -691,8 +693,7 @@ async function swarmWarmLeg(context: LegContext): Promise<LegMeasurement[]> {
       context,
       copyMeter,
       (_host, index) => [
-        NODE,
-        CLI,
+        WEIGHTCAST,
         'pull',
         modelUrl,
         '--to',

@@ -8,7 +8,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type AddressInfo } from 'node:net';
-import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +17,10 @@ import { encodeManifest, manifestDigest, type Manifest } from '../src/manifest/m
 import type { ModelStatus } from '../src/swarm/agent/agent.js';
 
 const ROOT = resolve(fileURLToPath(import.meta.url), '../../..');
+/** The CLI's Node entry (`node CLI args...`). */
 export const CLI = join(ROOT, 'bin', 'weightcast.js');
+/** The `weightcast` command as a user runs it: the launcher in front of CLI (bin/weightcast). */
+export const WEIGHTCAST = join(ROOT, 'bin', 'weightcast');
 const FILE_SERVER = join(ROOT, 'dist', 'src', 'origin', 'file-server-main.js');
 const START_TIMEOUT_MS = 15_000;
 
@@ -70,16 +74,39 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Starts `node argv...` and resolves with its URL once it prints one matching `pattern`. */
+/**
+ * How to start `node argv...`: a command line beginning with a build's bin/weightcast.js goes through
+ * the `weightcast` launcher beside it, as a user starts it, with any node flags in NODE_OPTIONS;
+ * anything else (a build without a launcher too) runs as `node flags... argv...`.
+ */
+export function nodeCommand(
+  argv: readonly string[],
+  nodeFlags: readonly string[] = profileNodeArgs(),
+  env: NodeJS.ProcessEnv = process.env,
+): { file: string; args: string[]; env: NodeJS.ProcessEnv } {
+  const entry = argv[0] ?? '';
+  const launcher = entry.endsWith('.js') ? entry.slice(0, -'.js'.length) : '';
+  if (basename(entry) !== 'weightcast.js' || !existsSync(launcher)) {
+    return { file: process.execPath, args: [...nodeFlags, ...argv], env };
+  }
+  const inherited = env['NODE_OPTIONS'] ?? '';
+  const options = [inherited, ...nodeFlags].filter((part) => part !== '').join(' ');
+  return {
+    file: launcher,
+    args: argv.slice(1),
+    env: options === '' ? env : { ...env, NODE_OPTIONS: options },
+  };
+}
+
+/** Starts `node argv...` (nodeCommand) and resolves with its URL once it prints one matching `pattern`. */
 export async function startProcess(
   argv: readonly string[],
   pattern: RegExp,
   name: string,
   log?: (line: string) => void,
 ): Promise<Proc> {
-  const child = spawn(process.execPath, [...profileNodeArgs(), ...argv], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const { file, args, env } = nodeCommand(argv);
+  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
   const lines: string[] = [];
   const url = await new Promise<string>((resolveUrl, reject) => {
     const timer = setTimeout(() => {

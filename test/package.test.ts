@@ -35,7 +35,8 @@ interface PackageJson {
 const SHIPPED = [
   /^package\.json$/,
   /^README\.md$/,
-  /^bin\/weightcast\.js$/,
+  // The `weightcast` command (a launcher) and the Node entry it starts.
+  /^bin\/weightcast(\.js)?$/,
   /^python\/weightcast_reader\.py$/,
   /^dist\/src\/.+\.(js|d\.ts)$/,
   // The native helper's source, built by npm (node-gyp) where the package is installed.
@@ -109,7 +110,7 @@ async function pack(dir: string): Promise<{ tarball: string; files: string[] }> 
   return { tarball: join(dir, result.filename), files: result.files.map((file) => file.path) };
 }
 
-/** A scratch ESM project with the tarball unpacked as node_modules/weightcast. */
+/** A scratch ESM project with the tarball unpacked as node_modules/weightcast, its bin linked. */
 async function scratchProject(dir: string, tarball: string, pkg: PackageJson): Promise<string> {
   const project = join(dir, 'project');
   const modules = join(project, 'node_modules');
@@ -119,6 +120,11 @@ async function scratchProject(dir: string, tarball: string, pkg: PackageJson): P
   await rename(join(modules, 'package'), join(modules, pkg.name));
   for (const dependency of Object.keys(pkg.dependencies)) {
     await symlink(join(ROOT, 'node_modules', dependency), join(modules, dependency), 'dir');
+  }
+  // npm links each bin into node_modules/.bin by a relative link.
+  await mkdir(join(modules, '.bin'));
+  for (const [name, path] of Object.entries(pkg.bin)) {
+    await symlink(join('..', pkg.name, path), join(modules, '.bin', name));
   }
   return project;
 }
@@ -191,8 +197,10 @@ test('the package a user installs: only what it needs, every subpath importable 
     }
     assert.deepEqual(typeErrors(checked), []);
 
-    const bin = join(project, 'node_modules', pkg.name, pkg.bin['weightcast'] ?? '');
-    const version = await run(process.execPath, [bin, '--version'], { timeout: 30_000 });
+    // The command as npm installs it: node_modules/.bin/weightcast, a link to the launcher.
+    assert.equal(pkg.bin['weightcast'], 'bin/weightcast');
+    const bin = join(project, 'node_modules', '.bin', 'weightcast');
+    const version = await run(bin, ['--version'], { timeout: 30_000 });
     assert.equal(version.stdout.trim(), pkg.version);
   } finally {
     await temp.cleanup();

@@ -55,9 +55,20 @@ export function wrapCommand(argv: readonly string[], options: WrapOptions): stri
   return ['sh', '-c', steps.join('; '), 'wrap', ...argv];
 }
 
+/**
+ * The `weightcast` command as a user starts it: `launcher` (bin/weightcast), which starts node and,
+ * as for every user, keeps NODE_EXTRA_CA_CERTS from Node's start. Node flags (profiles) go in
+ * NODE_OPTIONS, which that node reads.
+ */
+export function weightcastCommand(launcher: string, nodeFlags: readonly string[] = []): string[] {
+  if (nodeFlags.length === 0) return [launcher];
+  const options = [process.env['NODE_OPTIONS'] ?? '', ...nodeFlags].filter((part) => part !== '').join(' ');
+  return ['env', `NODE_OPTIONS=${options}`, launcher];
+}
+
 export interface UserFlowInput {
-  node: string;
-  cli: string;
+  /** The `weightcast` command (weightcastCommand). */
+  weightcast: readonly string[];
   source: string;
   manifestPath: string;
   dir: string;
@@ -69,8 +80,19 @@ export interface UserFlowInput {
  * one place to change when `pull` finds its local agent by itself.
  */
 export function userPullArgv(input: UserFlowInput): string[] {
-  const { node, cli, source, manifestPath, dir, agentUrl } = input;
-  return [node, cli, 'pull', source, '--manifest', manifestPath, '--to', dir, '--agent', agentUrl, '--json'];
+  const { weightcast, source, manifestPath, dir, agentUrl } = input;
+  return [
+    ...weightcast,
+    'pull',
+    source,
+    '--manifest',
+    manifestPath,
+    '--to',
+    dir,
+    '--agent',
+    agentUrl,
+    '--json',
+  ];
 }
 
 /**

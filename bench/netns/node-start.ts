@@ -2,11 +2,11 @@
  * What NODE_EXTRA_CA_CERTS costs each Node.js process the benchmarks start. Node 20 reads that file
  * at every process start, before any JavaScript runs: it builds its whole root certificate store
  * (its bundled CAs) and adds the file's certificates to it, whether the process ever opens a TLS
- * connection or not. So a machine whose environment sets it (to trust a proxy's CA, say) pays for
- * it in every `weightcast` process, and a fan-out starts two per host at the clock. The benchmarks
- * run their processes in the environment they were given; this measures the difference, so a report
- * can say what part of its start-up is the environment's, and `--node-extra-ca-certs unset` can
- * show the flow without it, beside the default.
+ * connection or not. The `weightcast` command (bin/weightcast) keeps the variable from Node's start
+ * and reads the file at its first TLS connection instead, which the benchmarks' plain-http legs never
+ * make; other Node processes they start (the node-chain relays, the join clients) still pay it. The
+ * benchmarks run in the environment they were given; this measures the difference, and
+ * `--node-extra-ca-certs unset` shows the flow without the variable at all, beside the default.
  */
 
 import { spawnSync } from 'node:child_process';
@@ -86,7 +86,8 @@ export function applyNodeExtraCa(choice: NodeExtraCa): string | undefined {
     return `${NODE_EXTRA_CA_CERTS} is set in this environment, and --node-extra-ca-certs unset removed it for every process the benchmark started: ${costText}`;
   }
   return (
-    `${NODE_EXTRA_CA_CERTS} is set in this environment and every process the benchmark starts inherits it: Node loads it at each process start; ` +
-    `${costText}. --node-extra-ca-certs unset runs without it`
+    `${NODE_EXTRA_CA_CERTS} is set in this environment and every process the benchmark starts inherits it. ` +
+    `The weightcast command keeps it from Node's start (bin/weightcast) and loads it only for a TLS connection; ` +
+    `any other Node process loads it at start: ${costText}. --node-extra-ca-certs unset runs without it`
   );
 }

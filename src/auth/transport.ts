@@ -15,8 +15,10 @@ import {
   type Server,
   type ServerOptions,
 } from 'node:http';
+import { readFileSync } from 'node:fs';
 import { Agent as HttpsAgent, createServer as createHttpsServer } from 'node:https';
 import { isIP } from 'node:net';
+import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import { WeightcastError } from '../errors.js';
 import type { ServiceCredentials } from './gate.js';
 
@@ -51,24 +53,86 @@ export function authHeaders(access: ServiceAccess | undefined): Record<string, s
   return token === undefined || token === '' ? {} : { authorization: `Bearer ${token}` };
 }
 
-/** TLS options for a client connection (node:tls, node:https and undici's `connect` take these). */
-export function tlsClientOptions(access: ServiceAccess | undefined): ClientTls {
-  const tls = access?.tls;
-  if (tls === undefined) return {};
-  return {
-    ...(tls.ca === undefined ? {} : { ca: tls.ca }),
-    ...(tls.cert === undefined ? {} : { cert: tls.cert }),
-    ...(tls.key === undefined ? {} : { key: tls.key }),
-  };
+/** What a client connection is given: `ClientTls`, or one secure context that holds it all. */
+export interface ClientTlsOptions extends ClientTls {
+  secureContext?: SecureContext;
 }
 
-const DEFAULT_HTTPS_AGENT = new HttpsAgent({ keepAlive: true });
+/**
+ * Where bin/weightcast moves NODE_EXTRA_CA_CERTS (a file of PEM certificates) so that Node does not
+ * build its root store at every process start; read here, at the first TLS connection instead.
+ */
+export const EXTRA_CA_VARIABLE = 'WEIGHTCAST_EXTRA_CA_CERTS';
+
+interface DefaultTrust {
+  /** Node's bundled roots and the file's certificates: what Node trusts with NODE_EXTRA_CA_CERTS. */
+  ca: string[];
+  /** A context with just those, built once: a `ca` option would parse them at every connection. */
+  context: SecureContext;
+}
+
+let defaultTrust: DefaultTrust | null | undefined;
+
+/**
+ * The trust Node would have had by default, had the launcher left it NODE_EXTRA_CA_CERTS; null when
+ * that variable was not moved (Node's own default then applies). A file that cannot be read is warned
+ * about once and ignored, as Node does at start.
+ */
+function launcherTrust(): DefaultTrust | null {
+  if (defaultTrust !== undefined) return defaultTrust;
+  defaultTrust = null;
+  const file = process.env[EXTRA_CA_VARIABLE];
+  if (file === undefined || file === '') return defaultTrust;
+  let pem: string;
+  try {
+    pem = readFileSync(file, 'utf8');
+  } catch (error) {
+    process.emitWarning(`Ignoring extra certs from \`${file}\`, load failed: ${(error as Error).message}`);
+    return defaultTrust;
+  }
+  const ca = [...rootCertificates, pem];
+  defaultTrust = { ca, context: createSecureContext({ ca }) };
+  return defaultTrust;
+}
+
+const clientCertificateContexts = new WeakMap<ClientTls, SecureContext>();
+
+/**
+ * TLS options for a client connection (node:tls, node:https and undici's `connect` take these).
+ * Every client TLS connection weightcast makes takes its options from here, so that an explicit CA
+ * replaces the default one (as in Node) and the default includes the launcher's extra certificates.
+ */
+export function tlsClientOptions(access: ServiceAccess | undefined): ClientTlsOptions {
+  const tls = access?.tls;
+  const options: ClientTls = {
+    ...(tls?.ca === undefined ? {} : { ca: tls.ca }),
+    ...(tls?.cert === undefined ? {} : { cert: tls.cert }),
+    ...(tls?.key === undefined ? {} : { key: tls.key }),
+  };
+  if (tls?.ca !== undefined) return options;
+  const trust = launcherTrust();
+  if (trust === null) return options;
+  if (tls === undefined || (tls.cert === undefined && tls.key === undefined)) {
+    return { secureContext: trust.context };
+  }
+  let context = clientCertificateContexts.get(tls);
+  if (context === undefined) {
+    context = createSecureContext({ ...options, ca: trust.ca });
+    clientCertificateContexts.set(tls, context);
+  }
+  return { secureContext: context };
+}
+
+let defaultHttpsAgent: HttpsAgent | undefined;
 const httpsAgents = new WeakMap<ClientTls, HttpsAgent>();
 
 /** A keep-alive node:https agent with `access`'s TLS settings, one per settings object. */
 export function httpsAgentOf(access: ServiceAccess | undefined): HttpsAgent {
   const tls = access?.tls;
-  if (tls === undefined) return DEFAULT_HTTPS_AGENT;
+  if (tls === undefined) {
+    defaultHttpsAgent ??= new HttpsAgent({ keepAlive: true, ...tlsClientOptions(undefined) });
+    return defaultHttpsAgent;
+  }
   let agent = httpsAgents.get(tls);
   if (agent === undefined) {
     agent = new HttpsAgent({ keepAlive: true, ...tlsClientOptions(access) });

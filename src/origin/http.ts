@@ -20,7 +20,8 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { setTimeout as sleepMs } from 'node:timers/promises';
 import type { Agent, Dispatcher } from 'undici';
-import { tlsClientOptions, untrustedCertificate, type ClientTls } from '../auth/transport.js';
+import { tlsOnDemand } from '../auth/tls-on-demand.js';
+import { untrustedCertificate, type ClientTls } from '../auth/transport.js';
 import { WeightcastError, abortError, assert, throwIfAborted } from '../errors.js';
 import { INDEX_BYTES_MAX, INDEX_FILE_NAME, indexShardFiles, parseIndexJson } from '../format/index-json.js';
 import { assertSafeRelativePath } from '../util/safe-path.js';
@@ -203,6 +204,8 @@ export class HttpOrigin implements Origin {
    */
   private agent: Promise<Agent> | undefined;
   private readonly agentOptions: Agent.Options;
+  private readonly connectOptions: { timeout: number };
+  private readonly tls: ClientTls | undefined;
   /** Undefined when every request goes through undici. */
   private readonly ranges: RangeClient | undefined;
   private readonly token: string | undefined;
@@ -243,11 +246,9 @@ export class HttpOrigin implements Origin {
       keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
       headersTimeout: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS_DEFAULT,
       bodyTimeout: options.bodyIdleTimeoutMs ?? BODY_IDLE_TIMEOUT_MS_DEFAULT,
-      connect: {
-        timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT,
-        ...tlsClientOptions({ tls: options.tls }),
-      },
     };
+    this.connectOptions = { timeout: options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT };
+    this.tls = options.tls;
     this.ranges =
       options.transport === 'undici'
         ? undefined
@@ -633,7 +634,13 @@ export class HttpOrigin implements Origin {
   }
 
   private undiciAgent(): Promise<Agent> {
-    this.agent ??= import('undici').then(({ Agent }) => new Agent(this.agentOptions));
+    this.agent ??= import('undici').then(
+      ({ Agent, buildConnector }) =>
+        new Agent({
+          ...this.agentOptions,
+          connect: tlsOnDemand(buildConnector, this.connectOptions, this.tls),
+        }),
+    );
     return this.agent;
   }
 

@@ -6,15 +6,10 @@
  */
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Agent, request, type Dispatcher } from 'undici';
+import { Agent, buildConnector, request, type Dispatcher } from 'undici';
 import { z } from 'zod';
-import {
-  authHeaders,
-  tlsClientOptions,
-  untrustedCertificate,
-  type ClientTls,
-  type ServiceAccess,
-} from '../auth/transport.js';
+import { authHeaders, untrustedCertificate, type ClientTls, type ServiceAccess } from '../auth/transport.js';
+import { tlsOnDemand } from '../auth/tls-on-demand.js';
 import { WeightcastError, errorEntry, isErrorCode, isWeightcastError } from '../errors.js';
 import { readJsonBody, sendError } from '../swarm/wire/http-json.js';
 
@@ -129,21 +124,22 @@ export interface SeedCallOptions {
 }
 
 const dispatchers = new WeakMap<ClientTls, Dispatcher>();
+/** The key of the dispatcher for calls without TLS settings of their own. */
+const DEFAULT_TLS: ClientTls = {};
 
 /**
  * The request options that carry `access`: its bearer token, and an undici Agent with its TLS
- * settings (one per settings object) when it has any.
+ * settings (one per settings object; tls-on-demand.ts builds them at the first https: call).
  */
 export function seedRequestAccess(access: ServiceAccess | undefined): {
   headers: Record<string, string>;
   dispatcher?: Dispatcher;
 } {
-  const tls = access?.tls;
-  if (tls === undefined) return { headers: authHeaders(access) };
-  let dispatcher = dispatchers.get(tls);
+  const key = access?.tls ?? DEFAULT_TLS;
+  let dispatcher = dispatchers.get(key);
   if (dispatcher === undefined) {
-    dispatcher = new Agent({ connect: tlsClientOptions(access) });
-    dispatchers.set(tls, dispatcher);
+    dispatcher = new Agent({ connect: tlsOnDemand(buildConnector, {}, access?.tls) });
+    dispatchers.set(key, dispatcher);
   }
   return { headers: authHeaders(access), dispatcher };
 }

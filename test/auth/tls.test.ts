@@ -6,7 +6,7 @@
  */
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { request as httpsRequest } from 'node:https';
@@ -29,7 +29,7 @@ import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
 import { makeTestCa, type TestCa, type TestCertificate } from '../helpers/tls.js';
-import { CLI, startProcess, stopProcess } from '../../scripts/cluster.js';
+import { CLI, WEIGHTCAST, startProcess, stopProcess } from '../../scripts/cluster.js';
 
 const CLUSTER = randomBytes(24).toString('hex');
 const credentials = { clusterToken: CLUSTER };
@@ -44,6 +44,20 @@ function opensslProblem(): string | undefined {
 }
 
 const problem = opensslProblem();
+
+/** Runs `file args...` to its end (30 s at most) with `env`; its exit code and output. */
+function runCommand(
+  file: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(file, args, { env, timeout: 30_000 }, (error, stdout, stderr) => {
+      const code = error === null ? 0 : typeof error.code === 'number' ? error.code : -1;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
 
 describe(
   'TLS',
@@ -278,6 +292,102 @@ describe(
       } finally {
         for (const socket of sockets) socket.destroy();
         await server.close();
+      }
+    });
+
+    it('NODE_EXTRA_CA_CERTS alone is trusted by the weightcast command, which keeps it from Node until TLS is used', async () => {
+      const served = await startProcess(
+        [CLI, 'serve', modelDir, '--tls-cert', serverCert.certFile, '--tls-key', serverCert.keyFile],
+        /"url":"([^"]+)"/,
+        'serve',
+      );
+      const tokenFile = join(work.path, 'cluster-token-extra-ca');
+      await writeFile(tokenFile, `${CLUSTER}\n`, { mode: 0o600 });
+      try {
+        const withExtra = (file: string | undefined): NodeJS.ProcessEnv => {
+          const env: NodeJS.ProcessEnv = { ...process.env };
+          delete env['NODE_EXTRA_CA_CERTS'];
+          delete env['WEIGHTCAST_EXTRA_CA_CERTS'];
+          delete env['NODE_OPTIONS'];
+          return file === undefined ? env : { ...env, NODE_EXTRA_CA_CERTS: file };
+        };
+        const pull = (
+          args: string[],
+          env: NodeJS.ProcessEnv,
+        ): Promise<{ code: number; stdout: string; stderr: string }> =>
+          runCommand(WEIGHTCAST, ['pull', ...args, '--manifest', manifestFile, '--json'], env);
+
+        // An https origin (undici), with the CA given by the variable only.
+        const fromOrigin = join(work.path, 'extra-ca-origin');
+        const trusted = await pull([served.url, '--to', fromOrigin], withExtra(ca.caFile));
+        assert.equal(trusted.code, 0, trusted.stderr);
+        assert.ok(
+          await sameFiles(
+            fromOrigin,
+            modelDir,
+            manifest.files.map((file) => file.path),
+          ),
+        );
+        const without = await pull(
+          [served.url, '--to', join(work.path, 'no-extra-ca')],
+          withExtra(undefined),
+        );
+        assert.equal(without.code, 2, without.stderr);
+        assert.match(without.stdout + without.stderr, /TLS_UNTRUSTED/);
+
+        // The scheduler's JSON calls (node:https), the peer wire (node:tls) and the peers' HTTP reads,
+        // with a certificate of its own to present and serve with.
+        const fromSwarm = join(work.path, 'extra-ca-swarm');
+        const swarm = await pull(
+          [
+            modelDir,
+            '--to',
+            fromSwarm,
+            '--scheduler',
+            scheduler.url,
+            '--cluster-token-file',
+            tokenFile,
+            '--tls-cert',
+            serverCert.certFile,
+            '--tls-key',
+            serverCert.keyFile,
+          ],
+          withExtra(ca.caFile),
+        );
+        assert.equal(swarm.code, 0, swarm.stderr);
+        const done = JSON.parse(swarm.stdout.trim().split('\n').at(-1) ?? '{}') as { peerBytes?: number };
+        assert.ok((done.peerBytes ?? 0) > 0, swarm.stdout);
+        assert.ok(
+          await sameFiles(
+            fromSwarm,
+            modelDir,
+            manifest.files.map((file) => file.path),
+          ),
+        );
+
+        // Node warns at its start about a file it cannot read; behind the launcher it never sees the
+        // variable, and weightcast warns only once a TLS connection needs the file.
+        const missing = join(work.path, 'no-such-ca.crt');
+        const nodeWarns = /Ignoring extra certs from/;
+        const direct = await runCommand(process.execPath, [CLI, '--version'], withExtra(missing));
+        assert.match(direct.stderr, nodeWarns, 'node itself reads the variable at start');
+        const launched = await runCommand(WEIGHTCAST, ['--version'], withExtra(missing));
+        assert.equal(launched.code, 0, launched.stderr);
+        assert.doesNotMatch(launched.stderr, nodeWarns);
+        const opensslStore = await runCommand(WEIGHTCAST, ['--version'], {
+          ...withExtra(missing),
+          NODE_OPTIONS: '--use-openssl-ca',
+        });
+        assert.match(opensslStore.stderr, nodeWarns, 'with another root store the variable stays with Node');
+        const atFirstTls = await pull(
+          [served.url, '--to', join(work.path, 'missing-extra-ca')],
+          withExtra(missing),
+        );
+        assert.equal(atFirstTls.code, 2, atFirstTls.stderr);
+        assert.match(atFirstTls.stderr, nodeWarns);
+        assert.match(atFirstTls.stdout + atFirstTls.stderr, /TLS_UNTRUSTED/);
+      } finally {
+        await stopProcess(served);
       }
     });
 

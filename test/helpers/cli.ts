@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { CLI } from '../../scripts/cluster.js';
+import { WEIGHTCAST } from '../../scripts/cluster.js';
 
 const run = promisify(execFile);
 
@@ -15,7 +15,7 @@ export interface FailedCli {
 
 /** Runs `weightcast ARGS`, which must fail (within 30 s); returns its exit code and output. */
 export async function failingCli(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<FailedCli> {
-  return run(process.execPath, [CLI, ...args], {
+  return run(WEIGHTCAST, [...args], {
     timeout: 30_000,
     ...(env === undefined ? {} : { env }),
   }).then(

@@ -6,6 +6,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { WEIGHTCAST } from '../../scripts/cluster.js';
 import { missingTools } from '../../bench/netns/leg-runtime.js';
 import {
   aria2cArgv,
@@ -27,6 +28,7 @@ import {
   scrapeArgv,
   ssConnectionsArgv,
   userPullArgv,
+  weightcastCommand,
   wrapCommand,
 } from '../../bench/netns/commands.js';
 
@@ -46,16 +48,14 @@ test('the gate wrapper execs the command in place after one line on stdin', () =
 test("the user's pull is the explicit local-agent form", () => {
   assert.deepEqual(
     userPullArgv({
-      node: 'node',
-      cli: 'bin/weightcast.js',
+      weightcast: ['bin/weightcast'],
       source: 'http://10.77.0.1:8080/model/',
       manifestPath: 'm.json',
       dir: 'out',
       agentUrl: 'http://10.77.0.2:7100',
     }),
     [
-      'node',
-      'bin/weightcast.js',
+      'bin/weightcast',
       'pull',
       'http://10.77.0.1:8080/model/',
       '--manifest',
@@ -67,6 +67,17 @@ test("the user's pull is the explicit local-agent form", () => {
       '--json',
     ],
   );
+});
+
+test('the weightcast command is the launcher; node flags travel in NODE_OPTIONS to the node it starts', () => {
+  assert.deepEqual(weightcastCommand('bin/weightcast'), ['bin/weightcast']);
+  const [file, ...args] = weightcastCommand(WEIGHTCAST, ['--max-old-space-size=100']);
+  const shown = execFileSync(file ?? '', [...args, 'sim', '--help'], { encoding: 'utf8', timeout: 30_000 });
+  assert.match(shown, /sim/);
+  const env = execFileSync(file ?? '', [...args.slice(0, -1), 'sh', '-c', 'echo $NODE_OPTIONS'], {
+    encoding: 'utf8',
+  });
+  assert.match(env, /--max-old-space-size=100/);
 });
 
 test('the torrent is private, announces to the origin host and has a piece length nearest ours', () => {

@@ -7,7 +7,7 @@
 
 import { connect, isIP, type OnReadOpts, type Socket } from 'node:net';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
-import type { ClientTls } from '../../auth/transport.js';
+import { tlsClientOptions, type ClientTls } from '../../auth/transport.js';
 import { PEER_WIRE_PATH, PEER_WIRE_UPGRADE, PEER_WIRE_VERSION, encodeHello } from '../wire/peer-frames.js';
 
 /** The upgrade answer's head, at most. */
@@ -24,18 +24,26 @@ export function openWireSocket(
   const secure = url.protocol === 'https:';
   // Over TLS the decrypted bytes land in the same buffers: tls.connect takes `onread` since Node
   // 15.1 (nodejs/node#35753), though @types/node does not list it.
-  const tlsOptions: ConnectionOptions & { onread: OnReadOpts } = {
+  const socket = secure
+    ? connectTls(tlsSocketOptions(host, url, onread, tls)).setNoDelay(true)
+    : connect({ host, port: url.port === '' ? 80 : Number(url.port), noDelay: true, onread });
+  socket.on(secure ? 'secureConnect' : 'connect', ready);
+  return socket;
+}
+
+function tlsSocketOptions(
+  host: string,
+  url: URL,
+  onread: OnReadOpts,
+  tls: ClientTls | undefined,
+): ConnectionOptions & { onread: OnReadOpts } {
+  return {
     host,
     port: url.port === '' ? 443 : Number(url.port),
     ...(isIP(host) === 0 ? { servername: host } : {}),
     onread,
-    ...tls,
+    ...tlsClientOptions({ tls }),
   };
-  const socket = secure
-    ? connectTls(tlsOptions).setNoDelay(true)
-    : connect({ host, port: url.port === '' ? 80 : Number(url.port), noDelay: true, onread });
-  socket.on(secure ? 'secureConnect' : 'connect', ready);
-  return socket;
 }
 
 /** Writes the upgrade request and our HELLO in one go. */
