@@ -75,9 +75,24 @@ export async function freePort(): Promise<number> {
 }
 
 /**
+ * `env` as bin/weightcast hands it to node: NODE_EXTRA_CA_CERTS moved to WEIGHTCAST_EXTRA_CA_CERTS
+ * (unless NODE_OPTIONS picks another root store). For starting `node FLAGS bin/weightcast.js` as the
+ * launcher would: Node 20 refuses --cpu-prof in NODE_OPTIONS, so profiled runs cannot go through it.
+ */
+export function launcherEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const extra = env['NODE_EXTRA_CA_CERTS'];
+  if (extra === undefined || extra === '' || /--use-(openssl|system)-ca/.test(env['NODE_OPTIONS'] ?? ''))
+    return env;
+  const moved: NodeJS.ProcessEnv = { ...env, WEIGHTCAST_EXTRA_CA_CERTS: extra };
+  delete moved['NODE_EXTRA_CA_CERTS'];
+  return moved;
+}
+
+/**
  * How to start `node argv...`: a command line beginning with a build's bin/weightcast.js goes through
- * the `weightcast` launcher beside it, as a user starts it, with any node flags in NODE_OPTIONS;
- * anything else (a build without a launcher too) runs as `node flags... argv...`.
+ * the `weightcast` launcher beside it, as a user starts it; with node flags (profiles), as
+ * `node flags... argv...` in the environment the launcher would give it. Anything else (a build
+ * without a launcher too) runs as `node flags... argv...`.
  */
 export function nodeCommand(
   argv: readonly string[],
@@ -86,16 +101,10 @@ export function nodeCommand(
 ): { file: string; args: string[]; env: NodeJS.ProcessEnv } {
   const entry = argv[0] ?? '';
   const launcher = entry.endsWith('.js') ? entry.slice(0, -'.js'.length) : '';
-  if (basename(entry) !== 'weightcast.js' || !existsSync(launcher)) {
-    return { file: process.execPath, args: [...nodeFlags, ...argv], env };
-  }
-  const inherited = env['NODE_OPTIONS'] ?? '';
-  const options = [inherited, ...nodeFlags].filter((part) => part !== '').join(' ');
-  return {
-    file: launcher,
-    args: argv.slice(1),
-    env: options === '' ? env : { ...env, NODE_OPTIONS: options },
-  };
+  const direct = { file: process.execPath, args: [...nodeFlags, ...argv] };
+  if (basename(entry) !== 'weightcast.js' || !existsSync(launcher)) return { ...direct, env };
+  if (nodeFlags.length > 0) return { ...direct, env: launcherEnv(env) };
+  return { file: launcher, args: argv.slice(1), env };
 }
 
 /** Starts `node argv...` (nodeCommand) and resolves with its URL once it prints one matching `pattern`. */

@@ -4,6 +4,7 @@
  * (mktorrent, opentracker, aria2c) and the socat + tee chain. Plus the parsers for what those tools
  * print (an info hash, a tracker scrape, `ss`'s listening sockets).
  */
+import { launcherEnv } from '../../scripts/cluster.js';
 
 /** Debian packages for the baseline legs, named in the message when a tool is missing. */
 export const BASELINE_INSTALL_HINT = 'apt-get install aria2 opentracker mktorrent socat';
@@ -57,13 +58,16 @@ export function wrapCommand(argv: readonly string[], options: WrapOptions): stri
 
 /**
  * The `weightcast` command as a user starts it: `launcher` (bin/weightcast), which starts node and,
- * as for every user, keeps NODE_EXTRA_CA_CERTS from Node's start. Node flags (profiles) go in
- * NODE_OPTIONS, which that node reads.
+ * as for every user, keeps NODE_EXTRA_CA_CERTS from Node's start. With node flags (profiles: Node 20
+ * refuses --cpu-prof in NODE_OPTIONS), `node FLAGS bin/weightcast.js` in the environment the
+ * launcher would give it (launcherEnv).
  */
 export function weightcastCommand(launcher: string, nodeFlags: readonly string[] = []): string[] {
   if (nodeFlags.length === 0) return [launcher];
-  const options = [process.env['NODE_OPTIONS'] ?? '', ...nodeFlags].filter((part) => part !== '').join(' ');
-  return ['env', `NODE_OPTIONS=${options}`, launcher];
+  const moved = launcherEnv(process.env);
+  const extra = moved['WEIGHTCAST_EXTRA_CA_CERTS'];
+  const env = extra === undefined ? [] : ['-u', 'NODE_EXTRA_CA_CERTS', `WEIGHTCAST_EXTRA_CA_CERTS=${extra}`];
+  return ['env', ...env, process.execPath, ...nodeFlags, `${launcher}.js`];
 }
 
 export interface UserFlowInput {

@@ -16,7 +16,7 @@ import { WeightcastError, asInputFileError } from '../errors.js';
 import { DTYPES, type Dtype } from '../format/dtype.js';
 import { parseJsonDocument, schemaCheck } from '../util/json-document.js';
 import { safeRelativePathProblem } from '../util/safe-path.js';
-import { merkleRoot } from './merkle.js';
+import { merkleRoot, merkleRootSteps } from './merkle.js';
 
 export const MANIFEST_FORMAT = 'weightcast-manifest';
 export const MANIFEST_VERSION = 1;
@@ -156,6 +156,32 @@ function invalid(source: string, message: string, details: Record<string, unknow
   return new WeightcastError('MANIFEST_INVALID', `${source}: ${message}`, { file: source, ...details });
 }
 
+/**
+ * Throws MANIFEST_DIGEST_MISMATCH unless `file`'s Merkle root is the one of its piece digests: what
+ * parseManifest checks for each file, unless told to skip it (a reader that checks them later).
+ */
+export function checkMerkleRoot(source: string, file: ManifestFile): void {
+  if (merkleRoot(file.pieces) !== file.merkleRoot) throw rootMismatch(source, file);
+}
+
+/** checkMerkleRoot in steps of `hashesPerStep` hashes (merkleRootSteps), for a caller's event loop. */
+export function* checkMerkleRootSteps(
+  source: string,
+  file: ManifestFile,
+  hashesPerStep: number,
+): Generator<void, void, void> {
+  if ((yield* merkleRootSteps(file.pieces, hashesPerStep)) !== file.merkleRoot)
+    throw rootMismatch(source, file);
+}
+
+function rootMismatch(source: string, file: ManifestFile): WeightcastError {
+  return new WeightcastError(
+    'MANIFEST_DIGEST_MISMATCH',
+    `${source}: ${file.path}: Merkle root does not match its piece digests`,
+    { file: file.path },
+  );
+}
+
 /** Checks one file entry of a schema-valid manifest: path, piece count, root, tensor ranges. */
 function checkFile(source: string, file: ManifestFile, pieceSize: number, checkRoot: boolean): void {
   const problem = safeRelativePathProblem(file.path);
@@ -176,13 +202,7 @@ function checkFile(source: string, file: ManifestFile, pieceSize: number, checkR
       { file: file.path },
     );
   }
-  if (checkRoot && merkleRoot(file.pieces) !== file.merkleRoot) {
-    throw new WeightcastError(
-      'MANIFEST_DIGEST_MISMATCH',
-      `${source}: ${file.path}: Merkle root does not match its piece digests`,
-      { file: file.path },
-    );
-  }
+  if (checkRoot) checkMerkleRoot(source, file);
   let previousEnd = 0;
   const tensors = [...(file.tensors ?? [])].sort((a, b) => a.start - b.start);
   for (const tensor of tensors) {
@@ -214,7 +234,8 @@ export interface ParseManifestOptions {
   /**
    * `skip`: the files' Merkle roots are not recomputed (every other check is made). Only for a reader
    * that neither uses the roots nor passes the manifest on, where each party that does parses it with
-   * the check: the scheduler. At 65,536 pieces the roots are ~100 ms of one-shot hashes.
+   * the check (the scheduler), or one that checks them itself before it uses them (checkMerkleRoot:
+   * an agent's join, which fetches meanwhile and finishes no file before they match). At 65,536 pieces the roots are ~100 ms of one-shot hashes.
    */
   merkleRoots?: 'check' | 'skip';
 }

@@ -56,14 +56,55 @@ function nextLevel(level: Digest[]): Digest[] {
   return next;
 }
 
-function toBuffers(pieceDigestsHex: readonly string[]): Digest[] {
-  return pieceDigestsHex.map((hex) => Buffer.from(hex, 'hex'));
+/**
+ * The leaf of a piece digest given in hex, decoded straight into the leaf's scratch input: a Buffer
+ * per digest first cost ~15 % of a root over 65,536 pieces. Anything but 64 hex digits goes the
+ * general way (the bytes Buffer.from decodes), with the same result as before.
+ */
+function leafOfHex(hex: string): Digest {
+  if (hex.length === 2 * DIGEST_BYTES && leafInput.write(hex, 1, 'hex') === DIGEST_BYTES) {
+    return hash('sha256', leafInput, 'buffer');
+  }
+  return leafHash(Buffer.from(hex, 'hex'));
 }
 
 export function merkleRoot(pieceDigestsHex: readonly string[]): string {
+  const steps = merkleRootSteps(pieceDigestsHex, Infinity);
+  let step = steps.next();
+  while (step.done !== true) step = steps.next();
+  return step.value;
+}
+
+/**
+ * merkleRoot in steps: it yields after every `hashesPerStep` hashes and returns the root, so that a
+ * caller with an event loop can spread a large file's tree over its turns (an agent checks the roots
+ * of a join while it fetches: 65,536 leaves are ~100 ms of hashing).
+ */
+export function* merkleRootSteps(
+  pieceDigestsHex: readonly string[],
+  hashesPerStep: number,
+): Generator<void, string, void> {
   if (pieceDigestsHex.length === 0) return createHash('sha256').digest('hex');
-  let level = toBuffers(pieceDigestsHex).map(leafHash);
-  while (level.length > 1) level = nextLevel(level);
+  let hashed = 0;
+  let level: Digest[] = [];
+  for (const hex of pieceDigestsHex) {
+    level.push(leafOfHex(hex));
+    if (++hashed % hashesPerStep === 0) yield;
+  }
+  while (level.length > 1) {
+    const next: Digest[] = [];
+    for (let i = 0; i < level.length; i += 2) {
+      const left = level[i] as Digest;
+      const right = level[i + 1];
+      if (right === undefined) {
+        next.push(left);
+        continue;
+      }
+      next.push(innerHash(left, right));
+      if (++hashed % hashesPerStep === 0) yield;
+    }
+    level = next;
+  }
   return (level[0] as Digest).toString('hex');
 }
 
@@ -73,7 +114,7 @@ export function merkleProof(pieceDigestsHex: readonly string[], index: number): 
     throw new RangeError(`piece ${index} is outside 0..${pieceDigestsHex.length - 1}`);
   }
   const proof: ProofStep[] = [];
-  let level = toBuffers(pieceDigestsHex).map(leafHash);
+  let level = pieceDigestsHex.map(leafOfHex);
   let position = index;
   while (level.length > 1) {
     const siblingIndex = position % 2 === 0 ? position + 1 : position - 1;

@@ -60,6 +60,12 @@ export interface PieceStoreOptions {
   hashPool?: HashPool;
   /** What the state belongs to; other state is discarded. Default: the manifest's digest. */
   identity?: string;
+  /**
+   * A check of the manifest still under way (an agent's join checks the Merkle roots while it
+   * fetches): no file is finished (synced, renamed, counted) before it resolves, and the piece that
+   * would finish one fails with its error if it rejects.
+   */
+  manifestCheck?: Promise<void>;
   /** The state file's name in `stateDir`. Default: `store.json`. */
   stateFileName?: string;
   /** The manifest's piece digests are unknown: learn each from the bytes stored (see above). */
@@ -376,7 +382,10 @@ export class PieceStore {
     // The file is finished (synced, renamed into place) before its last piece counts, so a
     // complete store means every file is under its final name.
     file.remaining--;
-    if (file.remaining === 0) await this.finishFile(where.fileIndex);
+    if (file.remaining === 0) {
+      await this.options.manifestCheck;
+      await this.finishFile(where.fileIndex);
+    }
     this.mark(piece);
     if (this.complete) await this.removeEmptyDataDirs();
   }

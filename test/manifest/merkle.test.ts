@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { merkleProof, merkleRoot, verifyMerkleProof } from '../../src/manifest/merkle.js';
+import { merkleProof, merkleRoot, merkleRootSteps, verifyMerkleProof } from '../../src/manifest/merkle.js';
 
 const digest = (text: string): string => createHash('sha256').update(text).digest('hex');
 const pieces = (count: number): string[] => Array.from({ length: count }, (_, i) => digest(`piece ${i}`));
@@ -82,4 +82,20 @@ test('roots are the defined tree: the same as hashing each node on its own, any 
     i === 0 ? { ...step, hash: step.hash.slice(0, 10) } : step,
   );
   assert.equal(verifyMerkleProof(leaves[2] as string, proof, merkleRoot(leaves)), false);
+});
+
+test('the root in steps: one pause per so many hashes, then the same root', () => {
+  for (const count of [0, 1, 7, 64, 519]) {
+    const steps = merkleRootSteps(pieces(count), 16);
+    let pauses = 0;
+    let step = steps.next();
+    while (step.done !== true) {
+      pauses++;
+      step = steps.next();
+    }
+    assert.equal(step.value, merkleRoot(pieces(count)), `count ${count}`);
+    // count leaves and count - 1 inner nodes (a level's odd last node is promoted, not hashed).
+    const hashes = count === 0 ? 0 : 2 * count - 1;
+    assert.equal(pauses, Math.floor(hashes / 16), `count ${count}`);
+  }
 });

@@ -12,6 +12,7 @@ import { cp, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
+import { WeightcastError } from '../../src/errors.js';
 import { buildManifest } from '../../src/manifest/build.js';
 import { HashPool } from '../../src/manifest/hash-pool.js';
 import type { Manifest } from '../../src/manifest/manifest.js';
@@ -329,6 +330,42 @@ describe('the piece store for a pull', () => {
       assert.ok(events.includes(index));
     } finally {
       await store.close();
+    }
+  });
+
+  it('finishes no file while a manifest check is under way, and fails the piece that would with its error', async () => {
+    const { path, pieces } = largestFile();
+    for (const outcome of ['passes', 'fails'] as const) {
+      const at = dirs(`manifest-check-${outcome}`);
+      let settle: (error?: Error) => void = () => undefined;
+      const manifestCheck = new Promise<void>((resolve, reject) => {
+        settle = (error) => (error === undefined ? resolve() : reject(error));
+      });
+      manifestCheck.catch(() => undefined);
+      const store = await PieceStore.open(map, { ...at, hashThreads: 0, manifestCheck });
+      try {
+        for (const piece of pieces.slice(0, -1)) await storePiece(store, pool, source, piece, 'inline');
+        const last = storePiece(store, pool, source, pieces.at(-1) as number, 'inline');
+        last.catch(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        assert.equal(
+          await stat(join(at.finalDir, path)).catch(() => undefined),
+          undefined,
+          'not finished early',
+        );
+        if (outcome === 'passes') {
+          settle();
+          assert.equal(await last, 'stored');
+          assert.ok(await sameFiles(source, at.finalDir, [path]));
+        } else {
+          const wrong = new WeightcastError('MANIFEST_DIGEST_MISMATCH', 'a root does not match');
+          settle(wrong);
+          await assert.rejects(last, (error) => error === wrong);
+          assert.equal(await stat(join(at.finalDir, path)).catch(() => undefined), undefined);
+        }
+      } finally {
+        await store.close();
+      }
     }
   });
 });

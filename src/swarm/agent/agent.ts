@@ -19,7 +19,7 @@
  * port, so a pull on the host finds it without being told where it is.
  */
 
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { unlinkSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, readdir, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
@@ -37,7 +37,13 @@ import {
 } from '../../auth/transport.js';
 import { WeightcastError, isWeightcastError } from '../../errors.js';
 import { takePidLock } from '../../util/pid-lock.js';
-import { encodeManifest, manifestDigest, parseManifest, type Manifest } from '../../manifest/manifest.js';
+import {
+  checkMerkleRootSteps,
+  encodeManifest,
+  manifestDigest,
+  parseManifest,
+  type Manifest,
+} from '../../manifest/manifest.js';
 import { openOrigin } from '../../origin/open.js';
 import type { Origin } from '../../origin/origin.js';
 import type { RetryEvent } from '../../origin/http.js';
@@ -163,6 +169,14 @@ export interface JoinOptions {
   to?: string;
   /** Where the model's pieces go; default `<cache>/<hex>/files`, state in `<cache>/<hex>/`. */
   store?: PieceStoreOptions;
+  /**
+   * The manifest was parsed without its Merkle roots (`merkleRoots: 'skip'`): the join checks them
+   * once its member has started, over turns of the event loop; no file is finished before
+   * they match, and a mismatch stops the model (MANIFEST_DIGEST_MISMATCH). At 65,536 pieces the roots
+   * are ~100 ms of hashing that the first requests need not wait for: each piece is checked against
+   * its own digest either way.
+   */
+  merkleRootsUnchecked?: boolean;
 }
 
 export interface ModelStatus {
@@ -312,7 +326,10 @@ export class Agent {
 
   /** Joins the swarm of a model (idempotent); resolves once the member is running. */
   async join(options: JoinOptions): Promise<ModelStatus> {
-    const hex = manifestDigest(options.manifest).slice('sha256:'.length);
+    // The canonical bytes, encoded once: at 65,536 pieces an encoding costs ~10 ms, and the join
+    // needs the name, the job file and the store's identity.
+    const manifestBytes = encodeManifest(options.manifest);
+    const hex = createHash('sha256').update(manifestBytes).digest('hex');
     // A model being forgotten (its files were deleted) is gone, state and all, before it is joined anew.
     await this.forgetting.get(hex);
     const existing = this.joined.get(hex) ?? (await this.joining.get(hex));
@@ -321,7 +338,7 @@ export class Agent {
     if (existing?.member.failure !== undefined) await this.drop(existing);
     else if (existing !== undefined && !(await this.forgetIfRemoved(existing)))
       return this.statusOf(existing);
-    const pending = this.doJoin(hex, options);
+    const pending = this.doJoin(hex, manifestBytes, options);
     this.joining.set(hex, pending);
     try {
       return this.statusOf(await pending);
@@ -463,8 +480,7 @@ export class Agent {
     };
   }
 
-  private async doJoin(hex: string, options: JoinOptions): Promise<Joined> {
-    const manifestBytes = encodeManifest(options.manifest);
+  private async doJoin(hex: string, manifestBytes: Buffer, options: JoinOptions): Promise<Joined> {
     const map = new PieceMap(options.manifest);
     const modelDir = join(this.options.cacheDir, hex);
     const to =
@@ -472,24 +488,36 @@ export class Agent {
         ? await this.allowedDestination(options.to)
         : undefined;
     const directIo = this.directIo;
-    const storeOptions =
+    let startRootsCheck = (): void => undefined;
+    const rootsCheck =
+      options.merkleRootsUnchecked === true
+        ? new Promise<void>((resolve) => (startRootsCheck = resolve)).then(() =>
+            checkRootsInTurns(options.manifest),
+          )
+        : undefined;
+    // Its outcome is taken by the store (before it finishes a file) and the member (below).
+    rootsCheck?.catch(() => undefined);
+    const storeOptions = withManifestCheck(
+      rootsCheck,
       options.store ??
-      (to === undefined
-        ? {
-            dataDir: join(modelDir, 'files'),
-            stateDir: modelDir,
-            directIo,
-            checkSpace: true,
-            inlineWrites: true,
-          }
-        : {
-            dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
-            stateDir: modelDir,
-            finalDir: to,
-            directIo,
-            checkSpace: true,
-            inlineWrites: true,
-          });
+        (to === undefined
+          ? {
+              dataDir: join(modelDir, 'files'),
+              stateDir: modelDir,
+              identity: `sha256:${hex}`,
+              directIo,
+              checkSpace: true,
+              inlineWrites: true,
+            }
+          : {
+              dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
+              stateDir: modelDir,
+              finalDir: to,
+              directIo,
+              checkSpace: true,
+              inlineWrites: true,
+            }),
+    );
     // Read before the store starts opening: nothing may wait between that and its outcome's handling.
     const keptPeers = await readKeptPeers(modelDir);
     const peersKeeper = new PeersKeeper(modelDir);
@@ -558,6 +586,7 @@ export class Agent {
       });
     const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;
     early?.start();
+    if (early !== undefined) startRootsCheck();
     const [opened, written] = await Promise.allSettled([opening, jobFiles]);
     if (opened.status === 'rejected' || written.status === 'rejected') {
       await Promise.allSettled([
@@ -597,6 +626,12 @@ export class Agent {
     };
     this.joined.set(hex, entry);
     if (early === undefined) member.start();
+    startRootsCheck();
+    rootsCheck?.catch((error: unknown) =>
+      member.stopWith(
+        isWeightcastError(error) ? error : new WeightcastError('MANIFEST_INVALID', (error as Error).message),
+      ),
+    );
     this.options.onEvent?.({ type: 'joined', model: hex, pieces: map.pieceCount, held: store.heldCount });
     const said = pending;
     pending = undefined;
@@ -846,10 +881,12 @@ export class Agent {
     if (parts[0] !== 'models') return notFound(req, res);
     if (req.method === 'POST' && parts.length === 1) {
       const body = parseMessage(joinSchema, await readJsonBody(req), 'join request');
-      const manifest = parseManifest(body.manifest, 'the join request manifest');
+      // The roots are checked by the join, after its first requests (JoinOptions.merkleRootsUnchecked).
+      const manifest = parseManifest(body.manifest, JOIN_MANIFEST, { merkleRoots: 'skip' });
       const status = await this.join({
         source: body.source,
         manifest,
+        merkleRootsUnchecked: true,
         ...(body.token === undefined ? {} : { token: body.token }),
         ...(body.to === undefined ? {} : { to: body.to }),
       });
@@ -1184,4 +1221,24 @@ function recordStopped(
       // Nothing left to do: the next start says it could not resume the model.
     }
   }
+}
+
+/** What a join request's manifest is called in its errors. */
+const JOIN_MANIFEST = 'the join request manifest';
+
+/** Hashes per turn of the event loop while a join checks its roots: ~3 ms each. */
+const ROOT_HASHES_PER_TURN = 2048;
+
+/** The manifest's Merkle roots, spread over turns of the event loop (JoinOptions.merkleRootsUnchecked). */
+async function checkRootsInTurns(manifest: Manifest): Promise<void> {
+  const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+  for (const file of manifest.files) {
+    await turn();
+    const steps = checkMerkleRootSteps(JOIN_MANIFEST, file, ROOT_HASHES_PER_TURN);
+    while (steps.next().done !== true) await turn();
+  }
+}
+
+function withManifestCheck(check: Promise<void> | undefined, options: PieceStoreOptions): PieceStoreOptions {
+  return check === undefined ? options : { ...options, manifestCheck: check };
 }

@@ -374,6 +374,11 @@ export class SwarmMember {
     void this.close();
   }
 
+  /** Stops the model on this host for good with `error` (a manifest found wrong after the join). */
+  stopWith(error: WeightcastError): void {
+    this.fail(error);
+  }
+
   /** Leaves the swarm (politely, if the scheduler answers) and stops every transfer. */
   async close(): Promise<void> {
     if (this.controller.signal.aborted) return;
