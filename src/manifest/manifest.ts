@@ -234,8 +234,9 @@ export interface ParseManifestOptions {
   /**
    * `skip`: the files' Merkle roots are not recomputed (every other check is made). Only for a reader
    * that neither uses the roots nor passes the manifest on, where each party that does parses it with
-   * the check (the scheduler), or one that checks them itself before it uses them (checkMerkleRoot:
-   * an agent's join, which fetches meanwhile and finishes no file before they match). At 65,536 pieces the roots are ~100 ms of one-shot hashes.
+   * the check (the scheduler), or one that checks them itself before it uses them
+   * (checkMerkleRootSteps: an agent's join, which fetches meanwhile and finishes no file before they
+   * match). At 65,536 pieces the roots are ~100 ms of one-shot hashes.
    */
   merkleRoots?: 'check' | 'skip';
 }

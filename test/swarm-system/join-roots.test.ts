@@ -42,11 +42,14 @@ after(async () => {
   await work?.cleanup();
 });
 
-/** POST /v1/local/models, as `weightcast pull` does: the status code and the answer. */
-function postJoin(body: unknown): Promise<{ status: number; answer: ModelStatus & { code?: string } }> {
+/**
+ * POST /v1/local/models with `model` into `to`, as `weightcast pull` does; once answered (200), the
+ * model's status when it has completed or failed.
+ */
+async function joinAndSettle(model: Manifest, to: string): Promise<ModelStatus> {
   const url = new URL(agent.url);
-  const text = JSON.stringify(body);
-  return new Promise((resolve, reject) => {
+  const text = JSON.stringify({ source: origin.url, manifest: encodeManifest(model).toString('utf8'), to });
+  const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
     const req = request(
       {
         host: url.hostname,
@@ -57,20 +60,17 @@ function postJoin(body: unknown): Promise<{ status: number; answer: ModelStatus 
         timeout: 10_000,
       },
       (res) => {
-        let answer = '';
+        let body = '';
         res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (answer += chunk));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            answer: JSON.parse(answer) as ModelStatus & { code?: string },
-          }),
-        );
+        res.on('data', (chunk: string) => (body += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
       },
     );
     req.on('error', reject);
     req.end(text);
   });
+  assert.equal(answer.status, 200, answer.body);
+  return settled(manifestDigest(model).slice('sha256:'.length));
 }
 
 async function settled(hex: string): Promise<ModelStatus> {
@@ -92,14 +92,7 @@ describe("a join checks the manifest's Merkle roots after its first requests", {
       ),
     };
     const to = join(work.path, 'wrong-root');
-    const joined = await postJoin({
-      source: origin.url,
-      manifest: encodeManifest(wrong).toString('utf8'),
-      to,
-    });
-    assert.equal(joined.status, 200, JSON.stringify(joined.answer));
-    const hex = manifestDigest(wrong).slice('sha256:'.length);
-    const status = await settled(hex);
+    const status = await joinAndSettle(wrong, to);
     assert.equal(status.complete, false);
     assert.equal(status.failed?.code, 'MANIFEST_DIGEST_MISMATCH', JSON.stringify(status));
     assert.match(
@@ -118,13 +111,7 @@ describe("a join checks the manifest's Merkle roots after its first requests", {
 
   it('completes a right manifest at the destination', async () => {
     const to = join(work.path, 'right-root');
-    const joined = await postJoin({
-      source: origin.url,
-      manifest: encodeManifest(manifest).toString('utf8'),
-      to,
-    });
-    assert.equal(joined.status, 200, JSON.stringify(joined.answer));
-    const status = await settled(manifestDigest(manifest).slice('sha256:'.length));
+    const status = await joinAndSettle(manifest, to);
     assert.equal(status.failed, undefined, JSON.stringify(status));
     assert.ok(status.complete);
     assert.ok(
