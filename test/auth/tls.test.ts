@@ -25,6 +25,7 @@ import { PieceMap } from '../../src/piece/piece-map.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { PeerWireClient } from '../../src/swarm/agent/peer-wire-client.js';
 import { startScheduler, type SchedulerServer } from '../../src/swarm/scheduler/scheduler-server.js';
+import { PAIR_FAILURES_BAN } from '../../src/swarm/core/swarm-core.js';
 import { swarmPull } from '../../src/swarm/swarm-pull.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { sameFiles, tempDir, writeSmallModel } from '../helpers/fixtures.js';
@@ -388,6 +389,52 @@ describe(
         assert.match(atFirstTls.stdout + atFirstTls.stderr, /TLS_UNTRUSTED/);
       } finally {
         await stopProcess(served);
+      }
+    });
+
+    it('a peer whose certificate a puller does not trust is given up after a few tries; the origin serves instead', async () => {
+      // The scheduler is trusted; the only agent holding the model serves with another CA's certificate.
+      const ownScheduler = await startScheduler({
+        credentials,
+        tls: { cert: serverCert.cert, key: serverCert.key },
+      });
+      const foreign = await otherCa.issue('foreign-peer');
+      const holder = await Agent.start({
+        schedulerUrl: ownScheduler.url,
+        cacheDir: join(work.path, 'foreign-holder'),
+        credentials,
+        access: { token: CLUSTER, tls: { ca: ca.ca } },
+        tls: { cert: foreign.cert, key: foreign.key },
+      });
+      try {
+        await holder.join({ source: modelDir, manifest });
+        await holder.whenComplete(hex);
+        const failed: number[] = [];
+        const result = await swarmPull(modelDir, join(work.path, 'past-foreign-peer'), {
+          manifest,
+          schedulerUrl: ownScheduler.url,
+          access: { token: CLUSTER, tls: { ca: ca.ca } },
+          signal: AbortSignal.timeout(30_000),
+          onEvent: (event) => {
+            if (event.type === 'piece' && event.outcome === 'failed') failed.push(event.piece);
+          },
+        });
+        assert.equal(result.peerBytes, 0);
+        assert.ok(result.originBytes > 0);
+        assert.ok(
+          failed.length > 0 && failed.length <= 4 * PAIR_FAILURES_BAN,
+          `${failed.length} failed fetches`,
+        );
+        assert.ok(
+          await sameFiles(
+            join(work.path, 'past-foreign-peer'),
+            modelDir,
+            manifest.files.map((file) => file.path),
+          ),
+        );
+      } finally {
+        await holder.close();
+        await ownScheduler.close();
       }
     });
 

@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ORIGIN } from '../../src/swarm/core/types.js';
+import { PAIR_FAILURES_BAN } from '../../src/swarm/core/swarm-core.js';
 import { Driver, hostSpec, makeConfig, PIECE_BYTES, range } from './harness.js';
 
 test('removeHost mid-run: everything completes; a piece whose only holder left comes from the origin again', () => {
@@ -86,4 +87,68 @@ test('a seed leaving takes its copies with it; the origin fills in', () => {
   driver.removeHost(1);
   assert.ok(driver.runUntilComplete([2, 3]) >= 0, `seed ${seed}: stalled`);
   assert.ok(driver.core.stats.originBytesAssigned > 0);
+});
+
+test('a host whose only parent keeps failing bans it for itself and gets the pieces from the origin', () => {
+  for (const seed of [1, 2, 3]) {
+    const pieces = 24;
+    const driver = new Driver(makeConfig({ pieceCount: pieces, randomSeed: seed }), seed);
+    driver.add(hostSpec(1, { seed: true }));
+    driver.add(hostSpec(2));
+    // Every transfer from the seed to host 2 fails (host 2 cannot reach it): a verified one after
+    // fewer than PAIR_FAILURES_BAN failures starts the count again, so the first round ends in one.
+    let failures = 0;
+    let resets = 0;
+    let bannedAt: number | undefined;
+    for (let steps = 0; steps < 10_000 && !driver.core.isComplete(2); steps++) {
+      const next = driver.inFlight[0] ?? driver.poll()[0];
+      assert.ok(next !== undefined, `seed ${seed}: host 2 got no assignment at step ${steps}`);
+      if (next.from === ORIGIN) {
+        driver.report(next.transferId, 'verified');
+      } else if (resets === 0 && failures === PAIR_FAILURES_BAN - 1) {
+        resets++;
+        failures = 0;
+        driver.report(next.transferId, 'verified', 1e8);
+      } else {
+        failures++;
+        driver.report(next.transferId, 'failed');
+        if (resets === 1 && failures === PAIR_FAILURES_BAN) bannedAt = driver.log.length;
+      }
+      driver.poll();
+    }
+    assert.ok(driver.core.isComplete(2), `seed ${seed}: host 2 never completed`);
+    assert.equal(resets, 1);
+    // Transfers assigned before the ban may still fail; none is assigned from the seed after it.
+    assert.ok(bannedAt !== undefined, `seed ${seed}: never banned`);
+    const after = driver.log.slice(bannedAt).filter((a) => a.host === 2 && a.from === 1);
+    assert.deepEqual(after, [], `seed ${seed}: assigned from the banned parent`);
+    assert.equal(driver.core.stats.parentsBannedAfterFailures, 1);
+    assert.deepEqual(driver.core.bannedParents(2), [1]);
+    const fromOrigin = driver.log.filter((a) => a.host === 2 && a.from === ORIGIN).length;
+    assert.ok(fromOrigin > 0 && fromOrigin <= pieces - 1, `seed ${seed}: ${fromOrigin} from the origin`);
+  }
+});
+
+test('a ban after failures does not follow the id of a parent that left to the next host given it', () => {
+  const pieces = 24;
+  const driver = new Driver(makeConfig({ pieceCount: pieces, randomSeed: 5 }), 5);
+  driver.add(hostSpec(1, { seed: true }));
+  driver.add(hostSpec(2));
+  for (let steps = 0; steps < 1000 && driver.core.stats.parentsBannedAfterFailures === 0; steps++) {
+    const next = driver.inFlight[0] ?? driver.poll()[0];
+    assert.ok(next !== undefined);
+    driver.report(next.transferId, next.from === ORIGIN ? 'verified' : 'failed');
+    driver.poll();
+  }
+  assert.deepEqual(driver.core.bannedParents(2), [1]);
+  // Host 1 leaves unblamed; the scheduler gives its id to the next host that joins.
+  driver.removeHost(1);
+  assert.deepEqual(driver.core.bannedParents(2), []);
+  driver.add(hostSpec(1, { seed: true }));
+  const logged = driver.log.length;
+  assert.ok(driver.runUntilComplete([2]) >= 0);
+  assert.ok(
+    driver.log.slice(logged).some((a) => a.host === 2 && a.from === 1),
+    'the new host 1 serves host 2',
+  );
 });

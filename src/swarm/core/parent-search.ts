@@ -135,7 +135,21 @@ export class ParentSearch implements ParentFinder {
     this.freeCount += free ? 1 : -1;
   }
 
-  /** `host` will not fetch from `parent` again (it sent `host` corrupt bytes). */
+  /**
+   * Every host's ban of `parent` is lifted: its id is about to name another host (the scheduler
+   * reuses the ids of hosts that leave unblamed).
+   */
+  forgetBansOf(parent: number): void {
+    for (let host = 0; host < this.banCounts.length; host++) {
+      if (this.banCounts[host] === 0 || !this.isBannedFor(host, parent)) continue;
+      const kept = this.bannedBy(host).filter((banned) => banned !== parent);
+      this.bans[host] = undefined;
+      this.banCounts[host] = 0;
+      for (const banned of kept) this.ban(host, banned);
+    }
+  }
+
+  /** `host` will not fetch from `parent` again (it sent `host` corrupt bytes, or kept failing it). */
   ban(host: number, parent: number): void {
     if (this.isBannedFor(host, parent)) return;
     const bans = (this.bans[host] ??= new Int32Array(BANS_PER_HOST_MAX));

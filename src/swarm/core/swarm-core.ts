@@ -107,6 +107,14 @@ export const IGNORED_REPORTS_EJECT = 8;
 const PROBER_PARKED_TRIES = 4;
 const PROBER_LOOKS_PER_RECHECK = 256;
 const PROBER_LOOKS_MAX = 1024;
+/**
+ * Failed transfers in a row from one parent to one host after which the host bans that parent for
+ * itself, as after a corrupt one: a parent it cannot reach (a certificate it does not trust, an
+ * address it cannot route to) while the scheduler can was otherwise assigned to it for ever, ~2000
+ * times a second, when it alone held the pieces; with every holder banned the origin serves them.
+ * A verified transfer from the parent starts the count again.
+ */
+export const PAIR_FAILURES_BAN = 8;
 /** Downloads at once for a host blamed for corrupt uploads (downloadsLimit). */
 const BLAMED_DOWNLOADS_MAX = 2;
 const NONE = -1;
@@ -119,6 +127,7 @@ export class SwarmCore {
     transfersCorrupt: 0,
     transfersFailed: 0,
     transfersCancelled: 0,
+    parentsBannedAfterFailures: 0,
     hedgesAssigned: 0,
     hostsComplete: 0,
     rechecksStarted: 0,
@@ -147,6 +156,8 @@ export class SwarmCore {
   private readonly search: ParentSearch;
   private readonly crossings: RackCrossings;
   private readonly rechecks = new Rechecks();
+  /** Failed transfers in a row per (host, parent): key host * HOSTS_MAX + parent (PAIR_FAILURES_BAN). */
+  private readonly pairFailures = new Map<number, number>();
   private readonly ringEntries: RingEntries;
   /** Per host: corrupt reports made after it was distrusted (see IGNORED_REPORTS_EJECT). */
   private ignoredReports = new Int32Array(0);
@@ -294,6 +305,26 @@ export class SwarmCore {
     this.parked.delete(host);
     this.offers.delete(host);
     this.search.leave(host);
+    // The scheduler gives an unblamed host's id to the next host that joins: bans of it (failures,
+    // a lone accuser's) must not follow the id to a host that did nothing.
+    if (!this.parents.isBlamed(host)) this.search.forgetBansOf(host);
+    for (const key of this.pairFailures.keys()) {
+      if (Math.floor(key / HOSTS_MAX) === host || key % HOSTS_MAX === host) this.pairFailures.delete(key);
+    }
+  }
+
+  /** One more failed transfer from `parent` to `host` in a row; the PAIR_FAILURES_BAN-th bans it for `host`. */
+  private countPairFailure(host: number, parent: number): void {
+    const key = host * HOSTS_MAX + parent;
+    const failures = (this.pairFailures.get(key) ?? 0) + 1;
+    if (failures < PAIR_FAILURES_BAN) {
+      this.pairFailures.set(key, failures);
+      return;
+    }
+    this.pairFailures.delete(key);
+    if (this.search.isBannedFor(host, parent)) return;
+    this.search.ban(host, parent);
+    this.stats.parentsBannedAfterFailures++;
   }
 
   handleTransfer(nowMs: number, report: TransferReport): void {
@@ -309,7 +340,10 @@ export class SwarmCore {
     switch (report.outcome) {
       case 'verified':
         this.stats.transfersVerified++;
-        if (from !== ORIGIN) this.recordVerified(from, report.bytesPerSecond, host);
+        if (from !== ORIGIN) {
+          this.recordVerified(from, report.bytesPerSecond, host);
+          if (this.pairFailures.size > 0) this.pairFailures.delete(host * HOSTS_MAX + from);
+        }
         if (recheck !== undefined) this.refute(recheck);
         this.gainPiece(host, piece);
         break;
@@ -333,7 +367,10 @@ export class SwarmCore {
         break;
       case 'failed':
         this.stats.transfersFailed++;
-        if (from !== ORIGIN) this.parents.recordFailed(from);
+        if (from !== ORIGIN) {
+          this.parents.recordFailed(from);
+          this.countPairFailure(host, from);
+        }
         this.rechecks.retry(recheck);
         break;
       case 'cancelled':
@@ -499,7 +536,7 @@ export class SwarmCore {
     return this.rarity.count[piece] ?? 0;
   }
 
-  /** Parents `host` has banned for itself after they sent it corrupt bytes. */
+  /** Parents `host` has banned for itself: they sent it corrupt bytes, or failed it PAIR_FAILURES_BAN times in a row. */
   bannedParents(host: HostId): number[] {
     return this.isPresent(host) ? this.search.bannedBy(host) : [];
   }

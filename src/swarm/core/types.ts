@@ -137,6 +137,8 @@ export interface SwarmStats {
   transfersCorrupt: number;
   transfersFailed: number;
   transfersCancelled: number;
+  /** Parents a host banned for itself after PAIR_FAILURES_BAN failed transfers in a row from them. */
+  parentsBannedAfterFailures: number;
   hedgesAssigned: number;
   /** Hosts present now that hold every piece, seeds not counted. */
   hostsComplete: number;
