@@ -160,7 +160,7 @@ function invalid(source: string, message: string, details: Record<string, unknow
  * Throws MANIFEST_DIGEST_MISMATCH unless `file`'s Merkle root is the one of its piece digests: what
  * parseManifest checks for each file, unless told to skip it (a reader that checks them later).
  */
-export function checkMerkleRoot(source: string, file: ManifestFile): void {
+function checkMerkleRoot(source: string, file: ManifestFile): void {
   if (merkleRoot(file.pieces) !== file.merkleRoot) throw rootMismatch(source, file);
 }
 

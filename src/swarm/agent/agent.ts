@@ -495,27 +495,27 @@ export class Agent {
             checkRootsInTurns(options.manifest),
           )
         : undefined;
-    // Its outcome is taken by the store (before it finishes a file) and the member (below).
+    // It starts once the member has (below: at once for a member started while the store opens);
+    // its outcome is taken by the store (before it finishes a file) and by the member.
     rootsCheck?.catch(() => undefined);
+    // The agent's own stores: state in the model folder, named by the digest computed above (the
+    // store would encode the manifest again for it), pieces in the cache or beside the destination.
+    const ownStore = {
+      stateDir: modelDir,
+      identity: `sha256:${hex}`,
+      directIo,
+      checkSpace: true,
+      inlineWrites: true,
+    };
     const storeOptions = withManifestCheck(
       rootsCheck,
       options.store ??
         (to === undefined
-          ? {
-              dataDir: join(modelDir, 'files'),
-              stateDir: modelDir,
-              identity: `sha256:${hex}`,
-              directIo,
-              checkSpace: true,
-              inlineWrites: true,
-            }
+          ? { ...ownStore, dataDir: join(modelDir, 'files') }
           : {
+              ...ownStore,
               dataDir: await pathWithoutSymlinks(to, AGENT_PARTIAL_DIR.split(sep).join('/')),
-              stateDir: modelDir,
               finalDir: to,
-              directIo,
-              checkSpace: true,
-              inlineWrites: true,
             }),
     );
     // Read before the store starts opening: nothing may wait between that and its outcome's handling.
