@@ -18,6 +18,7 @@ import {
   encodeHello,
   encodeRequest,
   encodeResponseHead,
+  encodeSubscribe,
   modelDigestBytes,
   type PieceRequest,
 } from '../../src/swarm/wire/peer-frames.js';
@@ -30,6 +31,7 @@ import { pieceDigest } from '../../src/piece/verify.js';
 import { PieceFetcher } from '../../src/swarm/agent/piece-fetcher.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { ASSIGNMENT_BYTES_MAX } from '../../src/swarm/wire/limits.js';
+import { newBitfield } from '../../src/swarm/core/bitfield.js';
 
 const MODEL = 'cd'.repeat(32);
 const PIECE = 64 * 1024;
@@ -579,6 +581,57 @@ describe('peer wire over real sockets', () => {
       const noisyClosed = closed(noisy);
       noisy.write(Buffer.alloc(64, 0xff));
       assert.ok((await noisyClosed).includes(Buffer.from('peer wire:')));
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      agent.wire.close();
+      await agent.close();
+    }
+  });
+
+  it('ignores what follows a HELLO it turned away, however it arrives (one write), and serves others on', async () => {
+    const agent = await wireAgent();
+    const sockets: Socket[] = [];
+    // Upgrade, a HELLO the agent refuses (a model it has not joined), and more frames, in one write.
+    const turnedAway = async (after: Buffer): Promise<Buffer> => {
+      const { port } = new URL(agent.url);
+      const socket = await new Promise<Socket>((resolve) => {
+        const created: Socket = connect(Number(port), '127.0.0.1', () => resolve(created));
+      });
+      sockets.push(socket);
+      socket.on('error', () => undefined);
+      const chunks: Buffer[] = [];
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+      const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+      socket.end(
+        Buffer.concat([
+          Buffer.from(
+            `GET /v1/peer-wire HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: weightcast-peer\r\n\r\n`,
+          ),
+          encodeHello({ version: 1, model: modelDigestBytes('ab'.repeat(32)), credential: new Uint8Array() }),
+          after,
+        ]),
+      );
+      await closed;
+      return Buffer.concat(chunks);
+    };
+    try {
+      const request = encodeRequest({ requestId: 1, piece: 0, offset: 0, length: PIECE });
+      const subscribe = encodeSubscribe(newBitfield(PIECES), PIECES);
+      for (const after of [request, subscribe, Buffer.concat([subscribe, request])]) {
+        const answer = await turnedAway(after);
+        assert.ok(answer.includes(Buffer.from('has not joined model')), answer.toString('latin1'));
+        // No piece bytes went to a caller the agent turned away.
+        assert.equal(answer.includes(pieceBytes(0).subarray(0, 64)), false);
+      }
+      // The agent is alive and serves a caller with the right HELLO.
+      const reader = client(agent.url);
+      try {
+        const target = Buffer.alloc(PIECE);
+        await reader.read(0, 0, target);
+        assert.ok(target.equals(pieceBytes(0)));
+      } finally {
+        await reader.close();
+      }
     } finally {
       for (const socket of sockets) socket.destroy();
       agent.wire.close();

@@ -146,6 +146,7 @@ class ServerConnection {
   /** A SUBSCRIBE's bitfield while it arrives, then the subscription it opened. */
   private subscribing: { bytes: Buffer; filled: number } | undefined;
   private push: RingPushSession | undefined;
+  private saidGoodbye = false;
 
   constructor(
     private readonly socket: Socket,
@@ -157,9 +158,12 @@ class ServerConnection {
   }
 
   onData(chunk: Buffer): void {
+    if (this.saidGoodbye) return;
     for (const event of this.decoder.push(chunk)) {
       this.onEvent(event);
-      if (this.socket.destroyed) return;
+      // Once it said goodbye (a HELLO turned away, a limit), nothing more the caller sent counts,
+      // even frames that came in the same packet: no request of a model it has not opened.
+      if (this.socket.destroyed || this.saidGoodbye) return;
     }
   }
 
@@ -292,6 +296,7 @@ class ServerConnection {
   }
 
   private goodbye(status: WireStatus, reason: string): void {
+    this.saidGoodbye = true;
     this.queue.length = 0;
     this.socket.end(encodeGoodbye(status, reason));
     // A peer that does not read its goodbye does not keep the socket.
