@@ -315,6 +315,59 @@ test('a lying parent (wrong length, a piece past the last) or a silent one ends 
   }
 });
 
+test('the SUBSCRIBE goes with the HELLO, and a push that comes with the parent’s answer is taken whole', async () => {
+  // A parent that answers only once it has the child's SUBSCRIBE (so the child sent it without
+  // waiting for the parent's HELLO), then writes its answer, its HELLO, piece 0 and the first half
+  // of piece 1 in one write, and the rest of piece 1 a little later.
+  let subscribedHeld: number[] | undefined;
+  const sockets = new Set<Socket>();
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    let bytes = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      bytes = Buffer.concat([bytes, chunk]);
+      const end = bytes.indexOf('\r\n\r\n');
+      if (end === -1) return;
+      const events = new FrameDecoder('server').push(bytes.subarray(end + 4));
+      if (!events.some((event) => event.type === 'subscribe-end')) return;
+      socket.off('data', onData);
+      const body = events.flatMap((event) => (event.type === 'body' ? [Buffer.from(event.bytes)] : []));
+      const held = Buffer.concat(body);
+      subscribedHeld = [...Array(PIECES).keys()].filter(
+        (piece) => ((held[piece >> 3] ?? 0) >> (piece & 7)) & 1,
+      );
+      const half = length(1) / 2;
+      socket.write(
+        Buffer.concat([
+          Buffer.from(
+            'HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: weightcast-peer\r\n\r\n',
+          ),
+          encodeHello({ version: 1, model: modelDigestBytes(MODEL), credential: new Uint8Array() }),
+          encodePushHead(0, length(0)),
+          bytesOf(0),
+          encodePushHead(1, length(1)),
+          bytesOf(1).subarray(0, half),
+        ]),
+      );
+      setTimeout(() => socket.write(bytesOf(1).subarray(half)), 50);
+    };
+    socket.on('data', onData);
+  });
+  const url = await listen(server);
+  try {
+    const c = child(url, [5, 9]);
+    await within(c.got(2), 10_000, 'the two pieces');
+    assert.deepEqual(c.pieces, [0, 1], 'both pieces, whole and right (the child checks their digests)');
+    assert.deepEqual(subscribedHeld, [5, 9], 'the SUBSCRIBE says what the child held');
+    c.feed.close();
+    assert.equal(await within(c.ended, 10_000, 'the feed to end'), undefined);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+});
+
 test('the parent refuses a SUBSCRIBE of the wrong size and any request after one', async () => {
   const model = new ParentModel([0]);
   const parent = await parentAgent(model);

@@ -1,8 +1,8 @@
 /**
  * RingFeed: a ring child's subscription to its ring parent (ring mode: swarm/core/ring-plan.ts).
  * One connection of its own on the parent's agent port: the upgrade and HELLO as for requests
- * (wire-socket.ts), one SUBSCRIBE with what this host holds, then PUSHes in; HAVEs go out for pieces
- * this host gets another way, so the parent does not push them.
+ * (wire-socket.ts) with one SUBSCRIBE (what this host holds) in the same write, then PUSHes in; HAVEs
+ * go out for pieces this host gets another way, so the parent does not push them.
  *
  * How bytes move: Node's `onread` lands every read in a buffer named just before it: the decoder's
  * small buffer for frame heads, else the buffer `bufferFor` gave for the piece being pushed. The
@@ -103,9 +103,14 @@ export class RingFeed {
     this.model = modelDigestBytes(options.model);
     const url = new URL(options.url);
     const onread = { buffer: () => this.nextBuffer(), callback: (count: number) => this.onRead(count) };
-    this.socket = openWireSocket(url, onread, options.tls, () =>
-      sendUpgradeAndHello(this.socket, url, this.model, options.credential ?? new Uint8Array()),
-    );
+    this.socket = openWireSocket(url, onread, options.tls, () => {
+      // The SUBSCRIBE goes with the HELLO (the parent reads them in order, and nothing after a HELLO
+      // it turns away): the first push comes a round trip sooner than after the parent's HELLO, a
+      // round trip through the parent's downlink, which is full of its own feed. HAVEs follow it.
+      const subscribe = encodeSubscribe(options.held(), options.pieceCount);
+      sendUpgradeAndHello(this.socket, url, this.model, options.credential ?? new Uint8Array(), subscribe);
+      this.subscribed = true;
+    });
     this.lowWater = new ReceiveLowWater(this.socket);
     this.socket.on('end', () => this.end(disconnected(options.url)));
     this.socket.on('error', (error) => this.end(disconnected(options.url, error)));
@@ -212,11 +217,25 @@ export class RingFeed {
       return;
     }
     this.upgradeHead = undefined;
-    // Nothing was asked yet, so all that can follow is the parent's HELLO or GOODBYE.
+    // The parent's HELLO (or GOODBYE), and, since our SUBSCRIBE went with our HELLO, maybe the head
+    // and first bytes of a push: decoded by copy, the push's bytes put into its buffer here.
     for (const event of this.decoder.push(answer.rest)) {
-      this.onEvent(event);
+      if (event.type === 'body') this.onPushBytes(event.bytes);
+      else this.onEvent(event);
       if (this.ended) return;
     }
+  }
+
+  /** Bytes of the push under way that came with the upgrade's answer. */
+  private onPushBytes(bytes: Uint8Array): void {
+    const target = this.target;
+    if (target === undefined) {
+      this.end(protocolError(this.options.url, 'bytes outside a push'));
+      return;
+    }
+    target.bytes.set(bytes, target.filled);
+    target.filled += bytes.length;
+    this.options.arriving?.progress(target.piece, target.filled);
   }
 
   private onEvent(event: WireEvent): void {
@@ -230,8 +249,6 @@ export class RingFeed {
           return;
         }
         clearTimeout(this.helloTimer);
-        this.subscribed = true;
-        this.socket.write(encodeSubscribe(this.options.held(), this.options.pieceCount));
         return;
       case 'push':
         this.onPushHead(event.piece, event.length);

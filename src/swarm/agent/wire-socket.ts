@@ -46,12 +46,17 @@ function tlsSocketOptions(
   };
 }
 
-/** Writes the upgrade request and our HELLO in one go. */
+/**
+ * Writes the upgrade request and our HELLO in one go, and `then` (frames the peer reads after our
+ * HELLO, such as a ring child's SUBSCRIBE) with them. A peer that turns the HELLO away reads nothing
+ * after it.
+ */
 export function sendUpgradeAndHello(
   socket: Socket,
   url: URL,
   model: Uint8Array,
   credential: Uint8Array,
+  then?: Buffer,
 ): void {
   socket.cork();
   socket.write(
@@ -59,6 +64,7 @@ export function sendUpgradeAndHello(
       `connection: Upgrade\r\nupgrade: ${PEER_WIRE_UPGRADE}\r\n\r\n`,
   );
   socket.write(encodeHello({ version: PEER_WIRE_VERSION, model, credential }));
+  if (then !== undefined) socket.write(then);
   socket.uncork();
 }
 
