@@ -477,7 +477,23 @@ export interface ErrorDetails {
   [key: string]: unknown;
 }
 
+/**
+ * Marks a WeightcastError whichever copy of this module made it. The build puts a command's usual
+ * route in one file (scripts/bundle-commands.ts) and leaves the rest of the command to other files,
+ * each holding its own copy of this module; an error thrown by one copy is still a WeightcastError
+ * to another (`instanceof` reads the mark), so it keeps its code, exit status and JSON.
+ */
+const WEIGHTCAST_ERROR_MARK = Symbol.for('weightcast.error');
+
 export class WeightcastError extends Error {
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (
+      typeof value === 'object' &&
+      value !== null &&
+      (value as { [WEIGHTCAST_ERROR_MARK]?: unknown })[WEIGHTCAST_ERROR_MARK] === true
+    );
+  }
+
   readonly code: ErrorCode;
   readonly details: ErrorDetails;
 
@@ -492,6 +508,7 @@ export class WeightcastError extends Error {
     return { name: this.name, code: this.code, message: this.message, ...this.details };
   }
 }
+Object.defineProperty(WeightcastError.prototype, WEIGHTCAST_ERROR_MARK, { value: true });
 
 export function isWeightcastError(value: unknown, code?: ErrorCode): value is WeightcastError {
   return value instanceof WeightcastError && (code === undefined || value.code === code);

@@ -15,6 +15,27 @@ test('errors carry a stable code and serialise with their details', () => {
   });
 });
 
+test('an error made by another copy of the errors module is still a WeightcastError', async () => {
+  // A second instance of the same module, as a command's route bundle and a module it loads lazily
+  // each hold one (scripts/bundle-commands.ts).
+  const other = (await import(`../src/errors.js?copy=${Date.now()}`)) as typeof import('../src/errors.js');
+  assert.notEqual(other.WeightcastError, WeightcastError, 'the query did not give a second copy');
+  const foreign = new other.WeightcastError('IO', 'disk full', { errno: 'ENOSPC' });
+  assert.ok(foreign instanceof WeightcastError);
+  assert.ok(isWeightcastError(foreign, 'IO'));
+  assert.equal(isWeightcastError(foreign, 'USAGE'), false);
+  assert.ok(other.isWeightcastError(new WeightcastError('USAGE', 'x'), 'USAGE'));
+  // The mark is the class's own: plain errors, lookalikes and primitives are not taken for ours.
+  assert.equal(new Error('plain') instanceof WeightcastError, false);
+  assert.equal({ name: 'WeightcastError', code: 'IO' } instanceof WeightcastError, false);
+  assert.equal(isWeightcastError(null), false);
+  assert.equal(isWeightcastError('IO'), false);
+  // Errors still subclass Error, and a subclass of Error is not one of ours.
+  assert.ok(foreign instanceof Error);
+  class Other extends Error {}
+  assert.equal(new Other('x') instanceof WeightcastError, false);
+});
+
 test("the README's error table is the catalogue: the same codes with the same summaries", async () => {
   const { readFile } = await import('node:fs/promises');
   const { ERROR_CATALOGUE } = await import('../src/errors.js');
