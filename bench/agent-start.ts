@@ -5,9 +5,10 @@
  * agent on a fresh cache and, as soon as it prints that it listens, joins it to a model: with
  * `--join api` (the default) this process posts the join itself, with `--join pull` a cold
  * `weightcast pull --agent` process does, as a user would. Recorded from the agent's launch:
- *  - listening: its `listening on` line arrived;
- *  - first piece: the origin received the agent's first ranged GET, and the CPU time (user + system)
- *    the agent had used by then (from /proc; on a shared machine the CPU time is the steadier number);
+ *  - listening: its `listening on` line arrived, and the CPU time the agent had used by then;
+ *  - first piece: the origin received the agent's first ranged GET, and the CPU time the agent (and
+ *    the pull) had used by then (from /proc, in ns where the kernel keeps schedstat; on a shared
+ *    machine the CPU time is the steadier number);
  *  - complete: the agent's local API says the model is complete (with `--join pull`: the pull exited,
  *    the files copied out).
  * `--join pull-launch` starts the pull together with the agent (a job that starts both), the pull
@@ -22,7 +23,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -169,6 +170,7 @@ try {
       agentPid = agent.child.pid;
       try {
         const listening = performance.now() - launched;
+        const listeningCpuMs = cpuMsOf(agentPid);
         if (together !== undefined) {
           await together;
         } else if (joiner === 'pull') {
@@ -192,6 +194,7 @@ try {
         rows.push([
           String(run + 1),
           ms(listening),
+          ms(listeningCpuMs),
           ms(first.atMs - launched),
           ms(first.cpuMs),
           ...(joiner !== 'api' ? [ms(first.pullCpuMs)] : []),
@@ -214,7 +217,7 @@ try {
     sparseGib === undefined
       ? `${mib} MiB in 1 MiB pieces`
       : `a sparse ${sparseGib} GiB model in ${pieceBytes / 1024} KiB pieces (${pieces} pieces; the run ends at its first piece)`;
-  const header = ['run', 'listening', 'first piece', 'agent CPU by then'];
+  const header = ['run', 'listening', 'agent CPU by then', 'first piece', 'agent CPU by then'];
   if (joiner !== 'api') header.push('pull CPU by then');
   header.push(sparseGib === undefined ? 'complete' : 'join answered');
   rows.push(['median', ...header.slice(1).map((_, index) => median(index + 1))]);
@@ -301,8 +304,21 @@ async function runPull(
   if (code !== 0) throw new Error(`pull exited with ${code}: ${stderr}`);
 }
 
-/** CPU time (user + system) a process has used so far, in ms; NaN where /proc cannot say. */
+/**
+ * CPU time a process has used so far, in ms; NaN where /proc cannot say. The run time of each of its
+ * threads in ns (/proc/PID/task/TID/schedstat) where the kernel keeps it, else user + system from
+ * /proc/PID/stat, which counts in 10 ms ticks: too coarse for a start of ~100 ms.
+ */
 function cpuMsOf(pid: number | undefined): number {
+  if (pid === undefined) return NaN;
+  try {
+    let ns = 0;
+    for (const task of readdirSync(`/proc/${pid}/task`))
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    if (Number.isFinite(ns) && ns > 0) return ns / 1e6;
+  } catch {
+    // No schedstat here (or the process is gone): the coarser count below.
+  }
   try {
     // Fields 14 and 15 of /proc/PID/stat, counted after the command name's closing parenthesis.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

@@ -1,5 +1,18 @@
 #!/usr/bin/env node
 // The only place that calls process.exit: command functions return exit codes.
-import { main } from '../dist/src/cli/main.js';
+//
+// `agent` and `pull`, which a fan-out starts on every host at once, begin with one file holding
+// their usual route (dist/src/cli/route/NAME.js, made by `npm run build`: scripts/bundle-commands.ts).
+// Help, every other command, and a build without that step (plain tsc) begin with the CLI's main
+// module. Both run the same code: the route file only loads faster.
+import { existsSync } from 'node:fs';
 
-process.exit(await main(process.argv.slice(2)));
+const argv = process.argv.slice(2);
+const route = new URL(`../dist/src/cli/route/${argv[0]}.js`, import.meta.url);
+const routed =
+  (argv[0] === 'agent' || argv[0] === 'pull') &&
+  !argv.includes('--help') &&
+  !argv.includes('-h') &&
+  existsSync(route);
+const { main } = await import(routed ? route.href : '../dist/src/cli/main.js');
+process.exit(await main(argv));

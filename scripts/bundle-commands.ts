@@ -9,6 +9,17 @@
  * code splitting gives back the many small modules, so: one bundle per command, loaded only when that
  * command runs (the definitions import it lazily, as before).
  *
+ * Route bundles: `agent` and `pull` are the commands a fan-out starts on every host at once, and a
+ * command's bundle still came with ~25 files around it (bin, main, io, errors, the definitions, the
+ * command-line reader, the bundle's chunks, the lazy modules of its usual route). So each also gets
+ * one file from `main` to the end of its usual route: dist/src/cli/route/NAME.js, which
+ * bin/weightcast.js imports for a command line that starts with NAME (and asks for no help). Every
+ * lazy import off that route stays a lazy import of the regular build's module (another command's
+ * definition, commander's program, the pull from the origin): a route file holds no code the route
+ * does not run. Those modules hold their own copies of what they share with the route; errors stay
+ * WeightcastErrors across copies (src/errors.ts marks them). A pull through an agent: 94-99 -> 72-85
+ * CPU-ms to its agent's first piece; an agent to listening ~7 ms less (bench/agent-start.js).
+ *
  * What stays as it was:
  *  - the tsc output itself: a build without this step (plain `tsc`) runs the same code, module by module;
  *  - packages (commander, undici, zod) and Node's modules: imported, not copied in;
@@ -18,13 +29,14 @@
  *  - source maps: each bundle maps back to the TypeScript sources through tsc's maps.
  */
 
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build, type Plugin } from 'esbuild';
+import { build, type OutputFile, type Plugin } from 'esbuild';
 
 const commandsDir = fileURLToPath(new URL('../src/cli/commands/', import.meta.url));
 const cliDir = fileURLToPath(new URL('../src/cli/', import.meta.url));
+const srcDir = fileURLToPath(new URL('../src/', import.meta.url));
 
 /**
  * Keeps the command definitions out of a command's bundle (the CLI loaded them already; one imports
@@ -97,7 +109,66 @@ async function bundleCommands(): Promise<void> {
     });
     outputs.push(...result.outputFiles);
   }
-  for (const file of outputs) await writeFile(file.path, file.contents);
+  outputs.push(...(await bundleRoutes()));
+  for (const file of outputs) {
+    await mkdir(dirname(file.path), { recursive: true });
+    await writeFile(file.path, file.contents);
+  }
+}
+
+/**
+ * The modules a command's usual route imports lazily, which its route file holds (relative to
+ * dist/src): its definition, its command, and what the command loads on its way. For `pull`, the
+ * pull through an agent (the fan-out's flow); its other routes (from the origin, `--scheduler`,
+ * `--seeds`) load the regular build's modules.
+ */
+const ROUTES: Readonly<Record<string, readonly string[]>> = {
+  agent: ['cli/definitions/agent.js', 'cli/commands/agent.js'],
+  pull: [
+    'cli/definitions/pull.js',
+    'cli/commands/pull.js',
+    'swarm/agent-pull.js',
+    'auth/credentials.js',
+    'pull/place.js',
+  ],
+};
+
+/** Lazy imports of modules off the route stay lazy imports of the regular build's modules. */
+function offRouteStaysLazy(routeDir: string, onRoute: ReadonlySet<string>): Plugin {
+  return {
+    name: 'off-route-stays-lazy',
+    setup(builder) {
+      builder.onResolve({ filter: /^\./ }, (args) => {
+        if (args.kind !== 'dynamic-import') return undefined;
+        const path = join(args.resolveDir, args.path);
+        if (onRoute.has(path)) return undefined;
+        return { path: relativeSpecifier(routeDir, path), external: true };
+      });
+    },
+  };
+}
+
+async function bundleRoutes(): Promise<OutputFile[]> {
+  const routeDir = join(cliDir, 'route');
+  const outputs: OutputFile[] = [];
+  for (const [name, modules] of Object.entries(ROUTES)) {
+    const onRoute = new Set(modules.map((module) => join(srcDir, module)));
+    const result = await build({
+      entryPoints: [join(cliDir, 'main.js')],
+      outfile: join(routeDir, `${name}.js`),
+      write: false,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      packages: 'external',
+      sourcemap: 'linked',
+      logLevel: 'warning',
+      plugins: [offRouteStaysLazy(routeDir, onRoute), ownModuleUrls(routeDir)],
+    });
+    outputs.push(...result.outputFiles);
+  }
+  return outputs;
 }
 
 await bundleCommands();

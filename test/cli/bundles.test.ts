@@ -1,8 +1,10 @@
 /**
- * The build puts each CLI command in one file (scripts/bundle-commands.ts) and rewrites every
- * `import.meta.url` of a module copied in to that module's own URL. Files found that way at run time
- * (worker scripts, the native helper) fail quietly or late when the URL is wrong, so each bundle's
- * URLs are resolved here against the files on disk. Nothing to check after a plain tsc build.
+ * The build puts each CLI command in one file, and `agent`'s and `pull`'s usual routes in one file
+ * each from the CLI's start (scripts/bundle-commands.ts); it rewrites every `import.meta.url` of a
+ * module copied in to that module's own URL. Files found that way at run time (worker scripts, the
+ * native helper) fail quietly or late when the URL is wrong, so each bundle's URLs are resolved here
+ * against the files on disk. A route file must load nothing else of ours on its route, and leave
+ * everything off it to the regular build. Nothing to check after a plain tsc build.
  */
 
 import { test } from 'node:test';
@@ -11,19 +13,29 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { buildManifest } from '../../src/manifest/build.js';
+import { writeManifest } from '../../src/manifest/manifest.js';
+import { LocalOrigin } from '../../src/origin/local.js';
+import { failingCli } from '../helpers/cli.js';
+import { deterministicBytes, tempDir } from '../helpers/fixtures.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const COMMANDS = join(ROOT, 'dist', 'src', 'cli', 'commands');
+const ROUTES = join(ROOT, 'dist', 'src', 'cli', 'route');
+const SRC = join(ROOT, 'dist', 'src');
 const NATIVE = join(ROOT, 'build', 'Release', 'weightcast_native.node');
 
 /** A module's own URL, as the bundler writes it: `new URL("../../x/y.js", import.meta.url).href`. */
 const OWN_URL = /new URL\("([^"]+)", import\.meta\.url\)\.href/g;
 
-async function bundles(): Promise<{ name: string; text: string }[]> {
-  const names = (await readdir(COMMANDS)).filter((name) => name.endsWith('.js'));
-  const files = await Promise.all(
-    names.map(async (name) => ({ name, text: await readFile(join(COMMANDS, name), 'utf8') })),
-  );
+async function bundles(): Promise<{ name: string; dir: string; text: string }[]> {
+  const files = [];
+  for (const dir of [COMMANDS, ROUTES]) {
+    if (!existsSync(dir)) continue;
+    const names = (await readdir(dir)).filter((name) => name.endsWith('.js'));
+    for (const name of names) files.push({ name, dir, text: await readFile(join(dir, name), 'utf8') });
+  }
   return files.filter((file) => file.text.includes('import.meta.url).href'));
 }
 
@@ -35,9 +47,9 @@ test('every module URL a command bundle computes names its module, and what it l
   }
   let urls = 0;
   let relatives = 0;
-  for (const { name, text } of found) {
+  for (const { name, dir, text } of found) {
     for (const match of text.matchAll(OWN_URL)) {
-      const own = resolve(COMMANDS, match[1] ?? '');
+      const own = resolve(dir, match[1] ?? '');
       urls += 1;
       // The module the code came from is still there (tsc's output stays beside the bundles).
       assert.ok(existsSync(own), `${name}: ${match[1]} resolves to ${own}, which does not exist`);
@@ -60,4 +72,70 @@ test('every module URL a command bundle computes names its module, and what it l
   }
   // The agent's and the pull's bundles do compute URLs: a pattern that matched nothing proves nothing.
   assert.ok(urls >= 2 && relatives >= 2, `only ${urls} module URLs and ${relatives} files relative to them`);
+});
+
+/** The files of ours a route file imports: statically (`from "./x.js"`) and lazily (`import("./x.js")`). */
+function importsOfRoute(text: string): { statics: string[]; lazies: string[] } {
+  const ours = (specifier: string): string[] =>
+    specifier.startsWith('.') ? [resolve(ROUTES, specifier).slice(SRC.length + 1)] : [];
+  return {
+    statics: [...text.matchAll(/^(?:import|export) [^;]*?from "([^"]+)"/gms)].flatMap((m) =>
+      ours(m[1] ?? ''),
+    ),
+    lazies: [...text.matchAll(/\bimport\("([^"]+)"\)/g)].flatMap((m) => ours(m[1] ?? '')),
+  };
+}
+
+test("a route file holds its command's usual route: nothing else of ours is loaded on it", async (t) => {
+  if (!existsSync(ROUTES)) {
+    t.skip('no route files in dist (built by plain tsc)');
+    return;
+  }
+  const onRoute: Record<string, string[]> = {
+    agent: ['cli/definitions/agent.js', 'cli/commands/agent.js'],
+    pull: [
+      'cli/definitions/pull.js',
+      'cli/commands/pull.js',
+      'swarm/agent-pull.js',
+      'auth/credentials.js',
+      'pull/place.js',
+    ],
+  };
+  for (const [name, modules] of Object.entries(onRoute)) {
+    const { statics, lazies } = importsOfRoute(await readFile(join(ROUTES, `${name}.js`), 'utf8'));
+    assert.deepEqual(statics, [], `${name}.js imports files of ours at its start`);
+    // Off the route: other definitions, commander's program, other commands, all as built.
+    assert.ok(lazies.includes('cli/program.js'), `${name}.js: ${lazies.join(', ')}`);
+    for (const lazy of lazies) {
+      assert.ok(!modules.includes(lazy), `${name}.js leaves ${lazy}, on its route, to another file`);
+      assert.ok(existsSync(join(SRC, lazy)), `${name}.js imports ${lazy}, which the build did not make`);
+    }
+  }
+});
+
+test('an error thrown off the route (another copy of the errors module) is reported as the typed error it is', async () => {
+  // `pull --scheduler` reads its manifest with the regular build's manifest module, which throws
+  // its own copy's WeightcastError into the route file's error report (src/errors.ts marks them).
+  const dir = await tempDir('route-errors');
+  try {
+    const model = join(dir.path, 'model');
+    await mkdir(model);
+    await writeFile(join(model, 'a.bin'), deterministicBytes('route-errors', 4096));
+    const manifestPath = join(dir.path, 'manifest.json');
+    await writeManifest(manifestPath, await buildManifest(new LocalOrigin(model)));
+    const argv = ['pull', model, '--to', join(dir.path, 'to'), '--manifest', manifestPath];
+    const failed = await failingCli([
+      ...argv,
+      ...['--digest', `sha256:${'0'.repeat(64)}`, '--scheduler', 'http://127.0.0.1:9', '--json'],
+    ]);
+    assert.equal(failed.code, 2, failed.stderr);
+    const event = JSON.parse(failed.stdout?.trim().split('\n').at(-1) ?? '') as {
+      event: string;
+      error: { code: string };
+    };
+    assert.equal(event.event, 'error');
+    assert.equal(event.error.code, 'MANIFEST_DIGEST_MISMATCH');
+  } finally {
+    await dir.cleanup();
+  }
 });

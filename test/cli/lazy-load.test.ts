@@ -1,8 +1,10 @@
 /**
  * The CLI loads only what a command needs: help, and a command stopped by its own flags, read the
  * definitions in src/cli/definitions and never the implementations in src/cli/commands (the swarm,
- * the loader, the seed tier, zod, undici); a swarm agent starts without undici, zod (its wire
- * checks are util/schema.ts: zod cost ~0.1 CPU-s per cold start) or the seed tier.
+ * the loader, the seed tier, zod, undici); `agent` and `pull` load their route file (one file from
+ * the CLI's start to the end of their usual route, scripts/bundle-commands.ts) and nothing else
+ * of ours until they run; a swarm agent starts without undici, zod (its wire checks are
+ * util/schema.ts: zod cost ~0.1 CPU-s per cold start) or the seed tier.
  * Checked on the real process through a module-load hook, by what is loaded rather than by how long
  * it takes.
  */
@@ -66,37 +68,49 @@ for (const argv of [
   ['agent', '--help'],
   ['serve', '--help'],
   ['--version'],
-  ['agent'],
 ]) {
   test(`weightcast ${argv.join(' ')} loads no command implementation`, async () => {
-    const edges = await importsOf(argv);
-    const loaded = new Set(edges.map((edge) => edge.child));
-    // The hook saw the process: without this the test could pass on an empty log.
-    assert.ok(
-      [...loaded].some((url) => packageOf(url) === 'commander'),
-      `commander not seen in ${[...loaded].join(', ')}`,
-    );
-    const packages = new Set([...loaded].flatMap((url) => packageOf(url) ?? []));
-    assert.deepEqual([...packages], ['commander']);
-    const sources = [...loaded].flatMap((url) => sourcePath(url) ?? []);
-    assert.ok(sources.includes('cli/definitions/index.js'), sources.join(', '));
-    assert.deepEqual(
-      sources.filter((path) => path.startsWith('cli/commands/')),
-      [],
-      'a definition imports its command at run time',
-    );
-    // Outside the CLI, help may only read constants: modules that import nothing but each other.
-    const heavy = edges.filter((edge) => {
-      const parent = sourcePath(edge.parent);
-      return parent !== undefined && !parent.startsWith('cli/') && sourcePath(edge.child) === undefined;
-    });
-    assert.deepEqual(
-      heavy.map((edge) => `${sourcePath(edge.parent)} imports ${edge.child}`),
-      [],
-      'a module the CLI reads for its help does more than hold constants',
-    );
+    assertNoImplementation(await importsOf(argv));
   });
 }
+
+/** Only commander, the definitions, and outside the CLI modules of constants: no implementation. */
+function assertNoImplementation(edges: readonly Edge[]): void {
+  const loaded = new Set(edges.map((edge) => edge.child));
+  // The hook saw the process: without this the test could pass on an empty log.
+  assert.ok(
+    [...loaded].some((url) => packageOf(url) === 'commander'),
+    `commander not seen in ${[...loaded].join(', ')}`,
+  );
+  const packages = new Set([...loaded].flatMap((url) => packageOf(url) ?? []));
+  assert.deepEqual([...packages], ['commander']);
+  const sources = [...loaded].flatMap((url) => sourcePath(url) ?? []);
+  assert.ok(sources.includes('cli/definitions/index.js'), sources.join(', '));
+  assert.deepEqual(
+    sources.filter((path) => path.startsWith('cli/commands/')),
+    [],
+    'a definition imports its command at run time',
+  );
+  // Outside the CLI, help may only read constants: modules that import nothing but each other.
+  const heavy = edges.filter((edge) => {
+    const parent = sourcePath(edge.parent);
+    return parent !== undefined && !parent.startsWith('cli/') && sourcePath(edge.child) === undefined;
+  });
+  assert.deepEqual(
+    heavy.map((edge) => `${sourcePath(edge.parent)} imports ${edge.child}`),
+    [],
+    'a module the CLI reads for its help does more than hold constants',
+  );
+}
+
+test('weightcast agent, stopped by its flags, loads its route file, then what help loads', async () => {
+  // `agent` and `pull` begin with their route file (bin/weightcast.js): the agent's code is loaded
+  // with it, not run; a command line it cannot read goes to commander's program and definitions.
+  const edges = await importsOf(['agent']);
+  const sources = edges.flatMap((edge) => sourcePath(edge.child) ?? []);
+  assert.ok(sources.includes('cli/route/agent.js'), sources.join(', '));
+  assertNoImplementation(edges);
+});
 
 for (const argv of [['--help'], ['--version'], ['pul']]) {
   test(`weightcast ${argv.join(' ')} loads no command's definition (the list of commands is enough)`, async () => {
@@ -166,8 +180,9 @@ test('a swarm agent listens without loading undici, zod or the seed tier', async
       await exited;
     }
     const loaded = parseLog(await readFile(log, 'utf8')).map((edge) => edge.child);
-    // The build puts each command in one file (scripts/bundle-commands.ts), a plain tsc build leaves
-    // one file per module: the checks read what the loaded files define, so they hold for either.
+    // The build puts the agent's usual route in one file (scripts/bundle-commands.ts; its modules
+    // wrapped, as `Agent = class _Agent`), a plain tsc build leaves one file per module: the checks
+    // read what the loaded files define, so they hold for either.
     const ours = await Promise.all(
       loaded
         .flatMap((url) => (sourcePath(url) === undefined ? [] : [url]))
@@ -177,7 +192,7 @@ test('a swarm agent listens without loading undici, zod or the seed tier', async
         })),
     );
     assert.ok(
-      ours.some((file) => /^export class Agent \{|^var Agent = class\b/m.test(file.text)),
+      ours.some((file) => /^export class Agent \{|^\s*(var )?Agent = class\b/m.test(file.text)),
       `the agent's code not among ${ours.map((file) => file.url).join(', ')}`,
     );
     assert.deepEqual(
@@ -190,7 +205,7 @@ test('a swarm agent listens without loading undici, zod or the seed tier', async
       [],
     );
     assert.deepEqual(
-      ours.filter((file) => /class SeedNode\b|var SeedNode = class/.test(file.text)).map((file) => file.url),
+      ours.filter((file) => /class SeedNode\b|\bSeedNode = class\b/.test(file.text)).map((file) => file.url),
       [],
       'the seed tier was loaded',
     );
