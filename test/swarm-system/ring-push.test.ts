@@ -211,6 +211,50 @@ test('a model that does not push refuses the subscription with a GOODBYE', async
   }
 });
 
+test('a fault of the parent’s own while opening a feed ends that feed, said in a warning; the parent serves on', async () => {
+  const model = new ParentModel([0, 1, 2]);
+  const served = model.served.bind(model);
+  let faults = 1;
+  // The first subscription finds the parent's model broken (a bug of ours, thrown synchronously).
+  model.served = (ring) => {
+    const base = served(ring);
+    if (base.ring === undefined) return base;
+    const ringPart = base.ring;
+    return {
+      ...base,
+      ring: {
+        ...ringPart,
+        heldBitfield: () => {
+          if (faults-- > 0) throw new TypeError('a fault in the parent');
+          return ringPart.heldBitfield();
+        },
+      },
+    };
+  };
+  const warnings: string[] = [];
+  const onWarning = (warning: Error): void => void warnings.push(warning.message);
+  process.on('warning', onWarning);
+  const parent = await parentAgent(model);
+  try {
+    const first = child(parent.url, []);
+    const error = await within(first.ended, 10_000, 'the first feed to end');
+    assert.equal(error?.code, 'ORIGIN_IO', 'the child sees its feed dropped');
+    const second = child(parent.url, []);
+    await within(second.got(3), 10_000, 'the second feed’s pieces');
+    assert.deepEqual(second.pieces, [0, 1, 2]);
+    second.feed.close();
+    await within(second.ended, 10_000, 'the second feed to end');
+    await sleep(0);
+    assert.ok(
+      warnings.some((text) => text.includes('a fault in the parent')),
+      `no warning named the fault: ${warnings.join(' | ')}`,
+    );
+  } finally {
+    process.off('warning', onWarning);
+    await parent.close();
+  }
+});
+
 test('corrupt pushes reach the child’s check, which ends the feed with its error', async () => {
   const model = new ParentModel([0, 1]);
   const parent = await parentAgent(model, { corrupt: true });

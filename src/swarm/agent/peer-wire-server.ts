@@ -159,11 +159,21 @@ class ServerConnection {
 
   onData(chunk: Buffer): void {
     if (this.saidGoodbye) return;
-    for (const event of this.decoder.push(chunk)) {
-      this.onEvent(event);
-      // Once it said goodbye (a HELLO turned away, a limit), nothing more the caller sent counts,
-      // even frames that came in the same packet: no request of a model it has not opened.
-      if (this.socket.destroyed || this.saidGoodbye) return;
+    try {
+      for (const event of this.decoder.push(chunk)) {
+        this.onEvent(event);
+        // Once it said goodbye (a HELLO turned away, a limit), nothing more the caller sent counts,
+        // even frames that came in the same packet: no request of a model it has not opened.
+        if (this.socket.destroyed || this.saidGoodbye) return;
+      }
+    } catch (error) {
+      // A fault of ours while handling one caller's frames ends that connection, not the agent
+      // (thrown here, it would be uncaught in the socket's data handler); it is said, not hidden.
+      this.saidGoodbye = true;
+      this.socket.destroy();
+      process.emitWarning(
+        `weightcast: the peer wire closed a connection after an internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
+      );
     }
   }
 
