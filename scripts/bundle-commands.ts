@@ -32,7 +32,8 @@
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build, type OutputFile, type Plugin } from 'esbuild';
+import { build, type BuildOptions, type OutputFile, type Plugin } from 'esbuild';
+import { ROUTES } from './route-modules.js';
 
 const commandsDir = fileURLToPath(new URL('../src/cli/commands/', import.meta.url));
 const cliDir = fileURLToPath(new URL('../src/cli/', import.meta.url));
@@ -84,6 +85,18 @@ function ownModuleUrls(bundleDir: string): Plugin {
   };
 }
 
+/** Every bundle: ESM for Node 20, packages imported (not copied in), maps to tsc's sources. */
+const COMMON = {
+  write: false,
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  packages: 'external',
+  sourcemap: 'linked',
+  logLevel: 'warning',
+} as const satisfies BuildOptions;
+
 async function bundleCommands(): Promise<void> {
   const names = (await readdir(commandsDir)).filter((name) => name.endsWith('.js'));
   // Every bundle is built from tsc's modules before any is written over them (commands import others).
@@ -97,14 +110,7 @@ async function bundleCommands(): Promise<void> {
       // first needed (inlining it would load its packages, zod and undici, at every start).
       splitting: true,
       chunkNames: `${name.slice(0, -'.js'.length)}-[name]-[hash]`,
-      write: false,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      packages: 'external',
-      sourcemap: 'linked',
-      logLevel: 'warning',
+      ...COMMON,
       plugins: [definitionsStayShared(commandsDir), ownModuleUrls(commandsDir)],
     });
     outputs.push(...result.outputFiles);
@@ -115,23 +121,6 @@ async function bundleCommands(): Promise<void> {
     await writeFile(file.path, file.contents);
   }
 }
-
-/**
- * The modules a command's usual route imports lazily, which its route file holds (relative to
- * dist/src): its definition, its command, and what the command loads on its way. For `pull`, the
- * pull through an agent (the fan-out's flow); its other routes (from the origin, `--scheduler`,
- * `--seeds`) load the regular build's modules.
- */
-const ROUTES: Readonly<Record<string, readonly string[]>> = {
-  agent: ['cli/definitions/agent.js', 'cli/commands/agent.js'],
-  pull: [
-    'cli/definitions/pull.js',
-    'cli/commands/pull.js',
-    'swarm/agent-pull.js',
-    'auth/credentials.js',
-    'pull/place.js',
-  ],
-};
 
 /** Lazy imports of modules off the route stay lazy imports of the regular build's modules. */
 function offRouteStaysLazy(routeDir: string, onRoute: ReadonlySet<string>): Plugin {
@@ -156,14 +145,7 @@ async function bundleRoutes(): Promise<OutputFile[]> {
     const result = await build({
       entryPoints: [join(cliDir, 'main.js')],
       outfile: join(routeDir, `${name}.js`),
-      write: false,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      packages: 'external',
-      sourcemap: 'linked',
-      logLevel: 'warning',
+      ...COMMON,
       plugins: [offRouteStaysLazy(routeDir, onRoute), ownModuleUrls(routeDir)],
     });
     outputs.push(...result.outputFiles);

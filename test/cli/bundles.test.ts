@@ -17,12 +17,13 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { buildManifest } from '../../src/manifest/build.js';
 import { writeManifest } from '../../src/manifest/manifest.js';
 import { LocalOrigin } from '../../src/origin/local.js';
+import { ROUTES as ROUTE_MODULES } from '../../scripts/route-modules.js';
 import { failingCli } from '../helpers/cli.js';
 import { deterministicBytes, tempDir } from '../helpers/fixtures.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const COMMANDS = join(ROOT, 'dist', 'src', 'cli', 'commands');
-const ROUTES = join(ROOT, 'dist', 'src', 'cli', 'route');
+const ROUTE_DIR = join(ROOT, 'dist', 'src', 'cli', 'route');
 const SRC = join(ROOT, 'dist', 'src');
 const NATIVE = join(ROOT, 'build', 'Release', 'weightcast_native.node');
 
@@ -31,7 +32,7 @@ const OWN_URL = /new URL\("([^"]+)", import\.meta\.url\)\.href/g;
 
 async function bundles(): Promise<{ name: string; dir: string; text: string }[]> {
   const files = [];
-  for (const dir of [COMMANDS, ROUTES]) {
+  for (const dir of [COMMANDS, ROUTE_DIR]) {
     if (!existsSync(dir)) continue;
     const names = (await readdir(dir)).filter((name) => name.endsWith('.js'));
     for (const name of names) files.push({ name, dir, text: await readFile(join(dir, name), 'utf8') });
@@ -77,7 +78,7 @@ test('every module URL a command bundle computes names its module, and what it l
 /** The files of ours a route file imports: statically (`from "./x.js"`) and lazily (`import("./x.js")`). */
 function importsOfRoute(text: string): { statics: string[]; lazies: string[] } {
   const ours = (specifier: string): string[] =>
-    specifier.startsWith('.') ? [resolve(ROUTES, specifier).slice(SRC.length + 1)] : [];
+    specifier.startsWith('.') ? [resolve(ROUTE_DIR, specifier).slice(SRC.length + 1)] : [];
   return {
     statics: [...text.matchAll(/^(?:import|export) [^;]*?from "([^"]+)"/gms)].flatMap((m) =>
       ours(m[1] ?? ''),
@@ -87,22 +88,16 @@ function importsOfRoute(text: string): { statics: string[]; lazies: string[] } {
 }
 
 test("a route file holds its command's usual route: nothing else of ours is loaded on it", async (t) => {
-  if (!existsSync(ROUTES)) {
+  // bin/weightcast.js routes exactly these commands.
+  const bin = await readFile(join(ROOT, 'bin', 'weightcast.js'), 'utf8');
+  const routed = [...bin.matchAll(/argv\[0\] === '([a-z]+)'/g)].map((match) => match[1]);
+  assert.deepEqual(routed.sort(), Object.keys(ROUTE_MODULES).sort());
+  if (!existsSync(ROUTE_DIR)) {
     t.skip('no route files in dist (built by plain tsc)');
     return;
   }
-  const onRoute: Record<string, string[]> = {
-    agent: ['cli/definitions/agent.js', 'cli/commands/agent.js'],
-    pull: [
-      'cli/definitions/pull.js',
-      'cli/commands/pull.js',
-      'swarm/agent-pull.js',
-      'auth/credentials.js',
-      'pull/place.js',
-    ],
-  };
-  for (const [name, modules] of Object.entries(onRoute)) {
-    const { statics, lazies } = importsOfRoute(await readFile(join(ROUTES, `${name}.js`), 'utf8'));
+  for (const [name, modules] of Object.entries(ROUTE_MODULES)) {
+    const { statics, lazies } = importsOfRoute(await readFile(join(ROUTE_DIR, `${name}.js`), 'utf8'));
     assert.deepEqual(statics, [], `${name}.js imports files of ours at its start`);
     // Off the route: other definitions, commander's program, other commands, all as built.
     assert.ok(lazies.includes('cli/program.js'), `${name}.js: ${lazies.join(', ')}`);
