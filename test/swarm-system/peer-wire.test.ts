@@ -639,6 +639,40 @@ describe('peer wire over real sockets', () => {
     }
   });
 
+  it('a fault of its own while taking a response fails that read (retryable) with a warning; the next read works', async () => {
+    const agent = await wireAgent();
+    const warnings: string[] = [];
+    const onWarning = (warning: Error): void => void warnings.push(warning.message);
+    process.on('warning', onWarning);
+    const reader = client(agent.url);
+    try {
+      const progress = {
+        filled: 0,
+        onFirstByte: () => {
+          throw new TypeError('a fault in the reader');
+        },
+      };
+      await assert.rejects(reader.read(1, 0, Buffer.alloc(PIECE), { progress }), (error: unknown) => {
+        assert.ok(isWeightcastError(error, 'ORIGIN_IO'), String(error));
+        assert.equal(error.details['retryable'], true);
+        return true;
+      });
+      await sleep(0);
+      assert.ok(
+        warnings.some((text) => text.includes('a fault in the reader')),
+        warnings.join(' | '),
+      );
+      const target = Buffer.alloc(PIECE);
+      await reader.read(2, 0, target);
+      assert.ok(target.equals(pieceBytes(2)));
+    } finally {
+      process.off('warning', onWarning);
+      await reader.close();
+      agent.wire.close();
+      await agent.close();
+    }
+  });
+
   it('frees the slot of a peer that stops reading, and closes a connection that never says hello', async () => {
     const big = 16 * 1024 * 1024;
     const wire = new PeerWireServer({

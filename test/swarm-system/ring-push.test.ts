@@ -255,6 +255,33 @@ test('a fault of the parent’s own while opening a feed ends that feed, said in
   }
 });
 
+test('a fault of the child’s own while taking a push ends its feed with a retryable error and a warning', async () => {
+  const model = new ParentModel([0, 1]);
+  const parent = await parentAgent(model);
+  const warnings: string[] = [];
+  const onWarning = (warning: Error): void => void warnings.push(warning.message);
+  process.on('warning', onWarning);
+  try {
+    const c = child(parent.url, [], {
+      bufferFor: () => {
+        throw new TypeError('a fault in the child');
+      },
+    });
+    const error = await within(c.ended, 10_000, 'the feed to end');
+    assert.equal(error?.code, 'ORIGIN_IO');
+    assert.equal(error?.details['retryable'], true);
+    assert.match(error?.message ?? '', /internal error \(a fault in the child\)/);
+    await sleep(0);
+    assert.ok(
+      warnings.some((text) => text.includes('a fault in the child')),
+      warnings.join(' | '),
+    );
+  } finally {
+    process.off('warning', onWarning);
+    await parent.close();
+  }
+});
+
 test('corrupt pushes reach the child’s check, which ends the feed with its error', async () => {
   const model = new ParentModel([0, 1]);
   const parent = await parentAgent(model, { corrupt: true });

@@ -43,6 +43,7 @@ import {
   openWireSocket,
   readUpgradeAnswer,
   sendUpgradeAndHello,
+  warnWireFault,
 } from './wire-socket.js';
 
 export interface PeerWireClientOptions {
@@ -350,6 +351,18 @@ class WireConnection {
   }
 
   private onRead(count: number): boolean {
+    try {
+      return this.onLanded(count);
+    } catch (error) {
+      // A fault of ours while handling the peer's bytes ends this connection (its reads fail and
+      // are tried elsewhere), not the process: thrown here, it would be uncaught.
+      warnWireFault(`the connection to ${this.options.url}`, error);
+      this.fail(error, false);
+      return true;
+    }
+  }
+
+  private onLanded(count: number): boolean {
     if (this.broken) return true;
     this.timer?.refresh();
     if (this.upgradeHead !== undefined) {

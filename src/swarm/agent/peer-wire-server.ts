@@ -41,6 +41,7 @@ import { RingPushSession, type RingSource } from './ring-push-session.js';
 import type { UploadSlots } from './upload-slots.js';
 import type { Borrowed } from './recent-pieces.js';
 import { ASSIGNMENT_BYTES_MAX } from '../wire/protocol.js';
+import { warnWireFault } from './wire-socket.js';
 
 /** What the server needs of one model it serves. */
 export interface ServedModel {
@@ -171,9 +172,7 @@ class ServerConnection {
       // (thrown here, it would be uncaught in the socket's data handler); it is said, not hidden.
       this.saidGoodbye = true;
       this.socket.destroy();
-      process.emitWarning(
-        `weightcast: the peer wire closed a connection after an internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
-      );
+      warnWireFault('a connection', error);
     }
   }
 

@@ -37,6 +37,7 @@ import {
   openWireSocket,
   readUpgradeAnswer,
   sendUpgradeAndHello,
+  warnWireFault,
 } from './wire-socket.js';
 
 export interface RingFeedOptions {
@@ -173,6 +174,25 @@ export class RingFeed {
   }
 
   private onRead(count: number): boolean {
+    try {
+      return this.onLanded(count);
+    } catch (error) {
+      // A fault of ours while handling the parent's bytes ends this feed (the member and its
+      // scheduler find it another), not the process: thrown here, it would be uncaught.
+      warnWireFault(`the ring feed from ${this.options.url}`, error);
+      this.end(
+        new WeightcastError(
+          'ORIGIN_IO',
+          `the ring feed from ${this.options.url}: an internal error (${error instanceof Error ? error.message : String(error)})`,
+          { retryable: true },
+          { cause: error },
+        ),
+      );
+      return true;
+    }
+  }
+
+  private onLanded(count: number): boolean {
     if (this.ended) return true;
     if (this.upgradeHead !== undefined) {
       this.onUpgradeBytes(count);

@@ -86,3 +86,12 @@ export function readUpgradeAnswer(head: Buffer, filled: number): UpgradeAnswer {
     return { kind: 'refused', status: Number(status ?? 1) || 1 };
   return { kind: 'switched', rest: Buffer.from(head.subarray(end + 4, filled)) };
 }
+
+/**
+ * Says that the peer wire ended one connection after a fault of its own (something thrown while
+ * handling a peer's bytes in a socket callback, where it would be uncaught and stop the process).
+ */
+export function warnWireFault(what: string, error: unknown): void {
+  const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  process.emitWarning(`weightcast: the peer wire closed ${what} after an internal error: ${detail}`);
+}
