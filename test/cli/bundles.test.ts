@@ -75,15 +75,22 @@ test('every module URL a command bundle computes names its module, and what it l
   assert.ok(urls >= 2 && relatives >= 2, `only ${urls} module URLs and ${relatives} files relative to them`);
 });
 
-/** The files of ours a route file imports: statically (`from "./x.js"`) and lazily (`import("./x.js")`). */
-function importsOfRoute(text: string): { statics: string[]; lazies: string[] } {
+/**
+ * The files of ours a route file imports: statically (`from "./x.js"`) and lazily (`import("./x.js")`),
+ * and the packages it imports statically (Node's own modules aside).
+ */
+function importsOfRoute(text: string): { statics: string[]; lazies: string[]; packages: string[] } {
   const ours = (specifier: string): string[] =>
     specifier.startsWith('.') ? [resolve(ROUTE_DIR, specifier).slice(SRC.length + 1)] : [];
+  const staticSpecifiers = [...text.matchAll(/^(?:import|export) [^;]*?from "([^"]+)"/gms)].map(
+    (m) => m[1] ?? '',
+  );
   return {
-    statics: [...text.matchAll(/^(?:import|export) [^;]*?from "([^"]+)"/gms)].flatMap((m) =>
-      ours(m[1] ?? ''),
-    ),
+    statics: staticSpecifiers.flatMap(ours),
     lazies: [...text.matchAll(/\bimport\("([^"]+)"\)/g)].flatMap((m) => ours(m[1] ?? '')),
+    packages: staticSpecifiers.filter(
+      (specifier) => !specifier.startsWith('.') && !specifier.startsWith('node:'),
+    ),
   };
 }
 
@@ -97,8 +104,12 @@ test("a route file holds its command's usual route: nothing else of ours is load
     return;
   }
   for (const [name, modules] of Object.entries(ROUTE_MODULES)) {
-    const { statics, lazies } = importsOfRoute(await readFile(join(ROUTE_DIR, `${name}.js`), 'utf8'));
+    const { statics, lazies, packages } = importsOfRoute(
+      await readFile(join(ROUTE_DIR, `${name}.js`), 'utf8'),
+    );
     assert.deepEqual(statics, [], `${name}.js imports files of ours at its start`);
+    // commander, undici and zod come only with what needs them (help, an HTTPS origin, a manifest).
+    assert.deepEqual(packages, [], `${name}.js imports packages at its start`);
     // Off the route: other definitions, commander's program, other commands, all as built.
     assert.ok(lazies.includes('cli/program.js'), `${name}.js: ${lazies.join(', ')}`);
     for (const lazy of lazies) {
