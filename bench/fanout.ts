@@ -427,6 +427,10 @@ function agentArgv(
 }
 
 const AGENT_LISTENING = /weightcast agent listening on (http:\/\/\S+)/;
+/** The swarm leg's start-up table: role CPU read this often from the clock, for this long. */
+const START_SAMPLE_MS = 250;
+const START_SAMPLED_MS = 2000;
+
 /** `pull --agent --json`'s line once the agent holds the model. */
 const AGENT_COMPLETE = /"event":"agent-complete","seconds":([\d.eE+-]+)/;
 
@@ -495,6 +499,7 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
         `(timeout ${Math.round(timeoutMs / 1000)} s)`,
     );
     const started = await meter.start();
+    meter.sampleStart(START_SAMPLE_MS, START_SAMPLED_MS);
     sampler.start();
     for (const agent of agents) release(agent);
     // For trace-report's start-up table: the clock's start on the agents' wall clock.
@@ -542,6 +547,12 @@ async function swarmLeg(context: LegContext): Promise<LegMeasurement> {
       }),
     );
     await meter.stop();
+    const startLines = meter.startLines();
+    if (startLines.length > 0)
+      log(
+        `${leg}: CPU in the first ${START_SAMPLED_MS / 1000} s by role (each role's cgroup, every ${START_SAMPLE_MS / 1000} s from the clock; ` +
+          `cores busy: the whole machine's):\n${startLines.join('\n')}`,
+      );
     rtts = await sampler.stop();
     diskNote = agentsDiskReadsLine(agents);
   } catch (error) {

@@ -12,6 +12,7 @@
  */
 
 import type { ChildProcess } from 'node:child_process';
+import { cpus } from 'node:os';
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { delimiter, join } from 'node:path';
@@ -25,8 +26,10 @@ import {
   CLOCK_TICKS_PER_SECOND,
   parseMachineBusyTicks,
   parseProcStatTicks,
+  startCpuLines,
   type LegMeasurement,
   type Setting,
+  type StartReading,
 } from './report.js';
 import type { HostSet } from './testbed.js';
 
@@ -267,6 +270,10 @@ export class LegMeter {
 
   /** The leg's cgroup's name: the leg's, with its round when there are several. */
   readonly #leaf: string;
+  /** Role CPU read at set times after the clock (sampleStart), for the start-up table. */
+  readonly #startReadings: StartReading[] = [];
+  #startSampling: Promise<void> | undefined;
+  #stopped = false;
 
   private constructor(context: LegContext, leg: string, leaf: string, cgroup: Cgroup | undefined) {
     this.#context = context;
@@ -303,7 +310,43 @@ export class LegMeter {
     return at;
   }
 
+  /**
+   * Reads each role's CPU (and the machine's busy time) every `stepMs` from the clock until `untilMs`
+   * or stop(), whichever comes first: how the start's CPU was spent (startLines). Only with cgroups.
+   */
+  sampleStart(stepMs: number, untilMs: number): void {
+    const before = this.#before;
+    if (before === undefined || this.#cgroup === undefined || this.#startSampling !== undefined) return;
+    this.#startSampling = (async () => {
+      for (let step = 1; step * stepMs <= untilMs && !this.#stopped; step++) {
+        await sleep(Math.max(0, before.at + step * stepMs - performance.now()));
+        if (this.#stopped) return;
+        const roles = await this.#roleCpu();
+        const machine = machineBusySeconds();
+        const sums = new Map<string, number>();
+        for (const [role, times] of roles) {
+          const start = before.roles.get(role) ?? { userSeconds: 0, systemSeconds: 0 };
+          const used = cpuDifference(times, start);
+          sums.set(role, used.userSeconds + used.systemSeconds);
+        }
+        this.#startReadings.push({
+          atSeconds: (performance.now() - before.at) / 1000,
+          roles: sums,
+          ...(machine === undefined || before.machine === undefined
+            ? {}
+            : { machineBusySeconds: machine - before.machine }),
+        });
+      }
+    })().catch(() => undefined);
+  }
+
+  /** The start-up table from sampleStart's readings (none without them). */
+  startLines(): string[] {
+    return startCpuLines(this.#startReadings, cpus().length);
+  }
+
   async stop(): Promise<void> {
+    this.#stopped = true;
     const before = this.#before;
     if (before === undefined || this.#result !== undefined) return;
     const cpu = await this.#cpu();
@@ -325,6 +368,8 @@ export class LegMeter {
         ? {}
         : { machineCores: (machine - before.machine) / wallSeconds }),
     };
+    // Its readings end at the next step (it sleeps at most one), after this leg's own.
+    await this.#startSampling;
     if (used !== undefined) {
       const delivered = (this.#context.hostSet.hosts.length * this.#context.model.totalBytes) / 2 ** 30;
       log(
@@ -349,6 +394,7 @@ export class LegMeter {
 
   /** Moves the origin server back out, then stops whatever is left in the leg's cgroup and removes it. */
   async close(): Promise<void> {
+    this.#stopped = true;
     const { services, originPid, cgroups } = this.#context;
     if (this.#cgroup === undefined) return;
     if (services !== undefined && originPid !== undefined)

@@ -5,6 +5,7 @@
 
 import { fluidLowerBoundSeconds } from '../../src/sim/bound.js';
 import { formatSeconds } from '../../src/util/units.js';
+import { textTable } from '../../src/util/text-table.js';
 import type { CpuTimes } from './cgroup.js';
 
 export interface Setting {
@@ -383,4 +384,45 @@ export function cpuByRoleLine(roles: NonNullable<LegSummary['cpuPerGiBByRole']>)
   return roles
     .map((role) => `${role.role} ${role.userPerGiB.toFixed(2)} + ${role.kernelPerGiB.toFixed(2)}`)
     .join(', ');
+}
+
+/** CPU since the clock at one moment of a leg's start: per role (user + kernel s), and the machine's busy s. */
+export interface StartReading {
+  atSeconds: number;
+  roles: ReadonlyMap<string, number>;
+  machineBusySeconds?: number;
+}
+
+/**
+ * The start-up table: for each window between readings (the first from the clock), the CPU-ms each
+ * role used in it, and how many of the machine's `cores` were busy over it (all of its work, ours
+ * or not). Where the cores are all busy, the processes' start waits for CPU, not for the network.
+ */
+export function startCpuLines(readings: readonly StartReading[], cores: number): string[] {
+  if (readings.length === 0) return [];
+  const roles = [...new Set(readings.flatMap((reading) => [...reading.roles.keys()]))];
+  const rows: string[][] = [];
+  let previous: StartReading = { atSeconds: 0, roles: new Map(), machineBusySeconds: 0 };
+  for (const reading of readings) {
+    const span = reading.atSeconds - previous.atSeconds;
+    const busy =
+      reading.machineBusySeconds === undefined || previous.machineBusySeconds === undefined || span <= 0
+        ? '-'
+        : `${((reading.machineBusySeconds - previous.machineBusySeconds) / span).toFixed(2)} of ${cores}`;
+    // A role missing from a reading used nothing since the one before (its total carries over).
+    const totals = new Map(
+      roles.map((role) => [role, reading.roles.get(role) ?? previous.roles.get(role) ?? 0]),
+    );
+    rows.push([
+      `${previous.atSeconds.toFixed(2)}-${reading.atSeconds.toFixed(2)} s`,
+      ...roles.map((role) => (((totals.get(role) ?? 0) - (previous.roles.get(role) ?? 0)) * 1000).toFixed(0)),
+      busy,
+    ]);
+    previous = { ...reading, roles: totals };
+  }
+  return textTable(
+    ['from the clock', ...roles.map((role) => `${role} CPU-ms`), 'cores busy'],
+    rows,
+    roles.map((_, index) => index + 1),
+  );
 }

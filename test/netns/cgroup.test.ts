@@ -17,6 +17,7 @@ import {
   roundsComparisonLines,
   speedupText,
   rttSummary,
+  startCpuLines,
   summarizeLeg,
   type LegSummary,
 } from '../../bench/netns/report.js';
@@ -176,4 +177,32 @@ test('RTT samples summarize to nearest-rank p50 and p90', () => {
   assert.equal(rttSummary([]), undefined);
   assert.deepEqual(rttSummary([5, 1, 4, 2, 3, 10, 9, 8, 7, 6]), { p50: 5, p90: 9, samples: 10 });
   assert.deepEqual(rttSummary([2]), { p50: 2, p90: 2, samples: 1 });
+});
+
+test('the start-up table gives each window its CPU by role and the machine cores busy over it', () => {
+  assert.deepEqual(startCpuLines([], 2), []);
+  const lines = startCpuLines(
+    [
+      { atSeconds: 0.25, roles: new Map([['agents', 0.4]]), machineBusySeconds: 0.5 },
+      {
+        atSeconds: 0.5,
+        roles: new Map([
+          ['agents', 0.55],
+          ['pulls', 0.2],
+        ]),
+        machineBusySeconds: 0.95,
+      },
+      { atSeconds: 0.75, roles: new Map([['agents', 0.6]]) },
+    ],
+    2,
+  );
+  const rows = lines.slice(1).map((line) => line.split(/\s{2,}/).map((cell) => cell.trim()));
+  assert.match(lines[0] ?? '', /from the clock\s+agents CPU-ms\s+pulls CPU-ms\s+cores busy/);
+  // Windows from the clock; a role's first reading counts from zero, one missing from a reading adds
+  // nothing; the cores busy need the machine's time at both ends of a window.
+  assert.deepEqual(rows, [
+    ['0.00-0.25 s', '400', '0', '2.00 of 2'],
+    ['0.25-0.50 s', '150', '200', '1.80 of 2'],
+    ['0.50-0.75 s', '50', '0', '-'],
+  ]);
 });
