@@ -8,11 +8,12 @@
 import { existsSync } from 'node:fs';
 
 const argv = process.argv.slice(2);
-const route = new URL(`../dist/src/cli/route/${argv[0]}.js`, import.meta.url);
-const routed =
-  (argv[0] === 'agent' || argv[0] === 'pull') &&
-  !argv.includes('--help') &&
-  !argv.includes('-h') &&
-  existsSync(route);
-const { main } = await import(routed ? route.href : '../dist/src/cli/main.js');
+const named = argv[0] === 'agent' || argv[0] === 'pull' ? argv[0] : undefined;
+const route =
+  named === undefined || argv.includes('--help') || argv.includes('-h')
+    ? undefined
+    : new URL(`../dist/src/cli/route/${named}.js`, import.meta.url);
+const { main } = await import(
+  route !== undefined && existsSync(route) ? route.href : '../dist/src/cli/main.js'
+);
 process.exit(await main(argv));

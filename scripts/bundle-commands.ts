@@ -17,8 +17,9 @@
  * lazy import off that route stays a lazy import of the regular build's module (another command's
  * definition, commander's program, the pull from the origin): a route file holds no code the route
  * does not run. Those modules hold their own copies of what they share with the route; errors stay
- * WeightcastErrors across copies (src/errors.ts marks them). A pull through an agent: 94-99 -> 72-85
- * CPU-ms to its agent's first piece; an agent to listening ~7 ms less (bench/agent-start.js).
+ * WeightcastErrors across copies (src/errors.ts marks them). A pull through an agent: 71-76 -> 58-62
+ * CPU-ms to its agent's first piece (bench/agent-start.js); in the fan-out ~67 -> ~53 a pull, ~5
+ * less an agent (docs/measurements/2026-12-07-route-files.md).
  *
  * What stays as it was:
  *  - the tsc output itself: a build without this step (plain `tsc`) runs the same code, module by module;

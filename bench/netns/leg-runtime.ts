@@ -12,9 +12,9 @@
  */
 
 import type { ChildProcess } from 'node:child_process';
-import { cpus } from 'node:os';
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
+import { cpus } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cpuDifference, type Cgroup, type CgroupTree, type CpuTimes } from './cgroup.js';

@@ -14,6 +14,17 @@ export async function tempDir(label: string): Promise<{ path: string; cleanup: (
   return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
 }
 
+/**
+ * Collects the process warnings emitted from now until `stop()`: what a fault inside a socket
+ * callback says instead of stopping the process. `messages` is filled as they come.
+ */
+export function captureWarnings(): { messages: string[]; stop: () => void } {
+  const messages: string[] = [];
+  const onWarning = (warning: Error): void => void messages.push(warning.message);
+  process.on('warning', onWarning);
+  return { messages, stop: () => process.off('warning', onWarning) };
+}
+
 /** Deterministic pseudo-random bytes (SHA-256 in counter mode), so failures replay exactly. */
 export function deterministicBytes(seed: string, length: number): Buffer {
   const out = Buffer.alloc(length);

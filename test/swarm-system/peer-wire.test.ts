@@ -29,7 +29,7 @@ import { LocalOrigin } from '../../src/origin/local.js';
 import { PieceStore } from '../../src/piece/store.js';
 import { pieceDigest } from '../../src/piece/verify.js';
 import { PieceFetcher } from '../../src/swarm/agent/piece-fetcher.js';
-import { tempDir } from '../helpers/fixtures.js';
+import { captureWarnings, tempDir } from '../helpers/fixtures.js';
 import { ASSIGNMENT_BYTES_MAX } from '../../src/swarm/wire/limits.js';
 import { newBitfield } from '../../src/swarm/core/bitfield.js';
 
@@ -175,6 +175,17 @@ async function fakePeer(
       await listening.close();
     },
   };
+}
+
+/** A bare TCP connection to an agent's port, for a test that writes the wire by hand; kept in `sockets`. */
+async function rawConnection(url: string, sockets: Socket[]): Promise<Socket> {
+  const { port } = new URL(url);
+  const socket = await new Promise<Socket>((resolve) => {
+    const created: Socket = connect(Number(port), '127.0.0.1', () => resolve(created));
+  });
+  sockets.push(socket);
+  socket.on('error', () => undefined);
+  return socket;
 }
 
 function client(url: string, idleTimeoutMs = 2000, pipeline = 4): PeerWireClient {
@@ -551,12 +562,7 @@ describe('peer wire over real sockets', () => {
     const agent = await wireAgent();
     const sockets: Socket[] = [];
     const open = async (): Promise<Socket> => {
-      const { port } = new URL(agent.url);
-      const socket = await new Promise<Socket>((resolve) => {
-        const created: Socket = connect(Number(port), '127.0.0.1', () => resolve(created));
-      });
-      sockets.push(socket);
-      socket.on('error', () => undefined);
+      const socket = await rawConnection(agent.url, sockets);
       socket.write(
         `GET /v1/peer-wire HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: weightcast-peer\r\n\r\n`,
       );
@@ -593,12 +599,7 @@ describe('peer wire over real sockets', () => {
     const sockets: Socket[] = [];
     // Upgrade, a HELLO the agent refuses (a model it has not joined), and more frames, in one write.
     const turnedAway = async (after: Buffer): Promise<Buffer> => {
-      const { port } = new URL(agent.url);
-      const socket = await new Promise<Socket>((resolve) => {
-        const created: Socket = connect(Number(port), '127.0.0.1', () => resolve(created));
-      });
-      sockets.push(socket);
-      socket.on('error', () => undefined);
+      const socket = await rawConnection(agent.url, sockets);
       const chunks: Buffer[] = [];
       socket.on('data', (chunk: Buffer) => chunks.push(chunk));
       const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
@@ -641,9 +642,7 @@ describe('peer wire over real sockets', () => {
 
   it('a fault of its own while taking a response fails that read (retryable) with a warning; the next read works', async () => {
     const agent = await wireAgent();
-    const warnings: string[] = [];
-    const onWarning = (warning: Error): void => void warnings.push(warning.message);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     const reader = client(agent.url);
     try {
       const progress = {
@@ -659,14 +658,14 @@ describe('peer wire over real sockets', () => {
       });
       await sleep(0);
       assert.ok(
-        warnings.some((text) => text.includes('a fault in the reader')),
-        warnings.join(' | '),
+        warnings.messages.some((text) => text.includes('a fault in the reader')),
+        warnings.messages.join(' | '),
       );
       const target = Buffer.alloc(PIECE);
       await reader.read(2, 0, target);
       assert.ok(target.equals(pieceBytes(2)));
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await reader.close();
       agent.wire.close();
       await agent.close();

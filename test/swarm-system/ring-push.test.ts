@@ -28,6 +28,7 @@ import {
   type WireEvent,
 } from '../../src/swarm/wire/peer-frames.js';
 import { Throttle } from '../../src/util/throttle.js';
+import { captureWarnings } from '../helpers/fixtures.js';
 
 const MODEL = 'ef'.repeat(32);
 // 16 MiB in all: more than loopback's socket buffers hold, so a child that stops reading stops a push.
@@ -231,9 +232,7 @@ test('a fault of the parent’s own while opening a feed ends that feed, said in
       },
     };
   };
-  const warnings: string[] = [];
-  const onWarning = (warning: Error): void => void warnings.push(warning.message);
-  process.on('warning', onWarning);
+  const warnings = captureWarnings();
   const parent = await parentAgent(model);
   try {
     const first = child(parent.url, []);
@@ -246,11 +245,11 @@ test('a fault of the parent’s own while opening a feed ends that feed, said in
     await within(second.ended, 10_000, 'the second feed to end');
     await sleep(0);
     assert.ok(
-      warnings.some((text) => text.includes('a fault in the parent')),
-      `no warning named the fault: ${warnings.join(' | ')}`,
+      warnings.messages.some((text) => text.includes('a fault in the parent')),
+      `no warning named the fault: ${warnings.messages.join(' | ')}`,
     );
   } finally {
-    process.off('warning', onWarning);
+    warnings.stop();
     await parent.close();
   }
 });
@@ -258,9 +257,7 @@ test('a fault of the parent’s own while opening a feed ends that feed, said in
 test('a fault of the child’s own while taking a push ends its feed with a retryable error and a warning', async () => {
   const model = new ParentModel([0, 1]);
   const parent = await parentAgent(model);
-  const warnings: string[] = [];
-  const onWarning = (warning: Error): void => void warnings.push(warning.message);
-  process.on('warning', onWarning);
+  const warnings = captureWarnings();
   try {
     const c = child(parent.url, [], {
       bufferFor: () => {
@@ -273,11 +270,11 @@ test('a fault of the child’s own while taking a push ends its feed with a retr
     assert.match(error?.message ?? '', /internal error \(a fault in the child\)/);
     await sleep(0);
     assert.ok(
-      warnings.some((text) => text.includes('a fault in the child')),
-      warnings.join(' | '),
+      warnings.messages.some((text) => text.includes('a fault in the child')),
+      warnings.messages.join(' | '),
     );
   } finally {
-    process.off('warning', onWarning);
+    warnings.stop();
     await parent.close();
   }
 });
