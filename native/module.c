@@ -16,5 +16,7 @@ static int export_function(napi_env env, napi_value exports, const char *name, n
 NAPI_MODULE_INIT() {
   if (!export_function(env, exports, "setReceiveLowWater", wc_set_receive_low_water)) return NULL;
   if (!export_function(env, exports, "addressModulo", wc_address_modulo)) return NULL;
+  if (!export_function(env, exports, "setCongestionControl", wc_set_congestion_control)) return NULL;
+  if (!export_function(env, exports, "congestionControl", wc_congestion_control)) return NULL;
   return exports;
 }

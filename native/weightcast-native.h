@@ -7,6 +7,9 @@
 
 /* socket-options.c */
 napi_value wc_set_receive_low_water(napi_env env, napi_callback_info info);
+/* congestion-control.c */
+napi_value wc_set_congestion_control(napi_env env, napi_callback_info info);
+napi_value wc_congestion_control(napi_env env, napi_callback_info info);
 /* buffer-address.c */
 napi_value wc_address_modulo(napi_env env, napi_callback_info info);
 

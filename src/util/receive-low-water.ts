@@ -15,7 +15,7 @@
  */
 
 import type { Socket } from 'node:net';
-import { nativeHelper as loadedHelper, type NativeHelper } from './native-helper.js';
+import { nativeHelper as loadedHelper, socketDescriptor, type NativeHelper } from './native-helper.js';
 
 /** The highest mark: half a default piece. */
 export const LOW_WATER_MAX_BYTES = 256 * 1024;
@@ -96,17 +96,6 @@ export class ReceiveLowWater {
 
 /** Sets `socket`'s SO_RCVLOWAT to `bytes`; false when it cannot (no helper, no descriptor, an error). */
 export function setReceiveLowWater(socket: Socket, bytes: number): boolean {
-  const fd = descriptorOf(socket);
+  const fd = socketDescriptor(socket);
   return fd !== undefined && nativeHelper()?.setReceiveLowWater(fd, bytes) === 0;
-}
-
-/**
- * A plain TCP socket's descriptor, which Node keeps on its handle (not a public API). None for TLS:
- * its handle's descriptor is the TCP socket under it, where a mark counts ciphertext, and the end of
- * a record already half read into TLS would never reach it.
- */
-function descriptorOf(socket: Socket): number | undefined {
-  if (socket.destroyed || (socket as Socket & { encrypted?: boolean }).encrypted === true) return undefined;
-  const fd = (socket as unknown as { _handle?: { fd?: unknown } | null })._handle?.fd;
-  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
 }

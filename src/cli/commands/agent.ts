@@ -16,6 +16,7 @@ import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { RetryEvent } from '../../origin/http.js';
 import { receiveLowWaterNote } from '../../util/receive-low-water.js';
+import { chooseCongestion, kernelCongestion } from '../../util/tcp-congestion.js';
 
 export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   scheduler: string;
@@ -36,6 +37,7 @@ export interface AgentFlags extends AccessFlags, ServerLimitFlags {
   injectCorruptUploads?: boolean;
   role: string;
   originRetryS?: string;
+  tcpCongestion: string;
   injectSeedCorruptStores?: boolean;
   json?: boolean;
 }
@@ -59,6 +61,8 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
     serviceUrlFlag(flags.scheduler, '--scheduler', 'http://10.0.0.1:7000');
     await checkDirectoryFlag(flags.cache, '--cache');
     if (flags.advertise !== undefined) serviceUrlFlag(flags.advertise, '--advertise', 'http://10.0.0.2:7001');
+    // Said before anything is written to the cache (the agent resolves it again at its start).
+    chooseCongestion(flags.tcpCongestion, kernelCongestion());
     const upload = parseMbps(flags.uploadMbps, '--upload-mbps');
     const download = parseMbps(flags.downloadMbps, '--download-mbps');
     const access = await resolveAccess(flags);
@@ -77,6 +81,7 @@ export async function agentCommand(flags: AgentFlags, io: CliIo): Promise<number
       uploadsMax: parsePositiveInt(flags.uploads, '--uploads'),
       ...(flags.recentMb === undefined ? {} : { recentBytes: parseRecentMb(flags.recentMb) }),
       destinationRoots: flags.destinationRoot,
+      tcpCongestion: flags.tcpCongestion,
       limits: serverLimitsFromFlags(flags),
       ...(flags.originRetryS === undefined
         ? {}
@@ -173,6 +178,12 @@ function printEvent(io: CliIo, event: AgentEvent, json: boolean): void {
   }
   if (event.type === 'loopback-unavailable') {
     io.stdout(`local API not on 127.0.0.1 (${event.reason}); pulls on this host need --agent URL\n`);
+    return;
+  }
+  if (event.type === 'tcp-congestion-kept') {
+    io.stderr(
+      `weightcast agent: what peers are sent keeps the system's TCP congestion control: ${event.wanted} could not be set (${event.reason})\n`,
+    );
     return;
   }
   const model = event.model.slice(0, 12);

@@ -57,6 +57,12 @@ export const AGENT_COMMAND: CommandSpec = {
       description:
         'write and read pieces through the page cache (default: O_DIRECT where the file system allows it, which saves a copy of every byte but leaves the files out of the page cache)',
     },
+    {
+      flags: '--tcp-congestion <name>',
+      description:
+        "TCP congestion control for what peers are sent: auto (the system's, but cubic where that is bbr, whose RTT probe stalls a chain for ~200 ms every 10 s), system, or an algorithm this kernel offers",
+      default: 'auto',
+    },
     // Fault injection for tests and demos: this agent serves wrong bytes on purpose.
     { flags: '--inject-corrupt-uploads', description: '', hidden: true },
     {

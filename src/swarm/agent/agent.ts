@@ -69,6 +69,7 @@ import { enableDirectIo } from '../../piece/direct-io.js';
 import { createLimitedServer, resolveLimits, type ServerLimits } from '../../util/server-limits.js';
 import { pathWithoutSymlinks } from '../../util/no-symlinks.js';
 import { writeDone } from '../../util/write-done.js';
+import { TCP_CONGESTION_DEFAULT, congestionSetterFor } from '../../util/tcp-congestion.js';
 import { RecentBudget, type Borrowed } from './recent-pieces.js';
 
 export interface AgentOptions {
@@ -146,6 +147,12 @@ export interface AgentOptions {
   tls?: ServerTls;
   /** Listen on a non-loopback address without credentials (else refused: USAGE). */
   insecure?: boolean;
+  /**
+   * The TCP congestion control of the connections peers open to this agent, which carry what it
+   * sends them (src/util/tcp-congestion.ts): 'auto' (default: the system's, but cubic where that is
+   * bbr), 'system', or an algorithm the kernel offers (USAGE otherwise).
+   */
+  tcpCongestion?: string;
 }
 
 export type AgentEvent =
@@ -156,6 +163,8 @@ export type AgentEvent =
   | { type: 'not-resumed'; model: string; code: string; reason: string }
   | { type: 'removed'; model: string; path: string }
   | { type: 'loopback-unavailable'; reason: string }
+  /** Connections from peers keep the system's congestion control: `wanted` could not be set. */
+  | { type: 'tcp-congestion-kept'; wanted: string; reason: string }
   | ({ type: 'origin-retry'; model: string } & Omit<RetryEvent, 'error'>);
 
 export interface JoinOptions {
@@ -742,7 +751,13 @@ export class Agent {
       this.options.insecure === true,
       'the agent',
     );
+    const congestion = congestionSetterFor(
+      this.options.tcpCongestion ?? TCP_CONGESTION_DEFAULT,
+      (wanted, reason) => this.options.onEvent?.({ type: 'tcp-congestion-kept', wanted, reason }),
+    );
     this.server = this.httpServer(this.options.tls);
+    // Set before the connection's first byte, on what peers connect to (not the local API's server).
+    if (congestion !== undefined) this.server.on('connection', (socket: Socket) => congestion.apply(socket));
     // Peers reach the peer wire on the port they know (the loopback server is for the local API).
     this.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       if (new URL(req.url ?? '/', 'http://agent').pathname === PEER_WIRE_PATH && PeerWireServer.wants(req)) {
