@@ -12,8 +12,12 @@
  * Route bundles: `agent` and `pull` are the commands a fan-out starts on every host at once, and a
  * command's bundle still came with ~25 files around it (bin, main, io, errors, the definitions, the
  * command-line reader, the bundle's chunks, the lazy modules of its usual route). So each also gets
- * one file from `main` to the end of its usual route: dist/src/cli/route/NAME.js, which
- * bin/weightcast.js imports for a command line that starts with NAME (and asks for no help). Every
+ * one file from `main` to the end of its usual route: dist/src/cli/route/NAME.cjs, which
+ * bin/weightcast.js runs for a command line that starts with NAME (and asks for no help). It is a
+ * script (CommonJS), not an ES module, because Node 20 keeps V8's compiled code only for scripts:
+ * bin/weightcast.js compiles it with a code cache beside it (src/cli/route-cache.ts; agent -9 to -14
+ * CPU-ms, pull -4). Its lazy imports go through `__routeImport`, which the loader gives it: Node 20
+ * drops the dynamic-import callback of a script compiled from a code cache. Every
  * lazy import off that route stays a lazy import of the regular build's module (another command's
  * definition, commander's program, the pull from the origin): a route file holds no code the route
  * does not run. Those modules hold their own copies of what they share with the route; errors stay
@@ -145,13 +149,35 @@ async function bundleRoutes(): Promise<OutputFile[]> {
     const onRoute = new Set(modules.map((module) => join(srcDir, module)));
     const result = await build({
       entryPoints: [join(cliDir, 'main.js')],
-      outfile: join(routeDir, `${name}.js`),
+      outfile: join(routeDir, `${name}.cjs`),
       ...COMMON,
+      format: 'cjs',
+      // The script's own URL, from the `__filename` its loader passes (src/cli/route-cache.ts).
+      banner: { js: 'const __routeUrl = require("node:url").pathToFileURL(__filename).href;' },
+      define: { 'import.meta.url': '__routeUrl' },
       plugins: [offRouteStaysLazy(routeDir, onRoute), ownModuleUrls(routeDir)],
     });
-    outputs.push(...result.outputFiles);
+    for (const file of result.outputFiles) {
+      outputs.push(file.path.endsWith('.cjs') ? { ...file, contents: routeImports(file) } : file);
+    }
   }
   return outputs;
+}
+
+/**
+ * A route script's dynamic imports (`import("...")`, as esbuild prints them) made calls of the
+ * loader's `__routeImport`. Anything else that still reads `import(` fails the build: a dynamic
+ * import left in a cached script would throw at run time.
+ */
+function routeImports(file: OutputFile): Uint8Array {
+  const text = file.text.replace(/\bimport\(("[^"\n]+")\)/g, '__routeImport($1)');
+  const left = /\bimport\(/.exec(text);
+  if (left !== null) {
+    throw new Error(
+      `${file.path}: a dynamic import esbuild printed another way: ${text.slice(left.index, left.index + 80)}`,
+    );
+  }
+  return new TextEncoder().encode(text);
 }
 
 await bundleCommands();

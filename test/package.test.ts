@@ -38,7 +38,8 @@ const SHIPPED = [
   // The `weightcast` command (a launcher) and the Node entry it starts.
   /^bin\/weightcast(\.js)?$/,
   /^python\/weightcast_reader\.py$/,
-  /^dist\/src\/.+\.(js|d\.ts)$/,
+  // The route scripts of `agent` and `pull` are CommonJS (src/cli/route-cache.ts).
+  /^dist\/src\/.+\.(js|cjs|d\.ts)$/,
   // The native helper's source, built by npm (node-gyp) where the package is installed.
   /^binding\.gyp$/,
   /^native\/[a-z-]+\.[ch]$/,

@@ -27,17 +27,20 @@ const ROUTE_DIR = join(ROOT, 'dist', 'src', 'cli', 'route');
 const SRC = join(ROOT, 'dist', 'src');
 const NATIVE = join(ROOT, 'build', 'Release', 'weightcast_native.node');
 
-/** A module's own URL, as the bundler writes it: `new URL("../../x/y.js", import.meta.url).href`. */
-const OWN_URL = /new URL\("([^"]+)", import\.meta\.url\)\.href/g;
+/**
+ * A module's own URL, as the bundler writes it: `new URL("../../x/y.js", import.meta.url).href`
+ * (in a route script, whose own URL is `__routeUrl`).
+ */
+const OWN_URL = /new URL\("([^"]+)", (?:import\.meta\.url|__routeUrl)\)\.href/g;
 
 async function bundles(): Promise<{ name: string; dir: string; text: string }[]> {
   const files = [];
   for (const dir of [COMMANDS, ROUTE_DIR]) {
     if (!existsSync(dir)) continue;
-    const names = (await readdir(dir)).filter((name) => name.endsWith('.js'));
+    const names = (await readdir(dir)).filter((name) => name.endsWith('.js') || name.endsWith('.cjs'));
     for (const name of names) files.push({ name, dir, text: await readFile(join(dir, name), 'utf8') });
   }
-  return files.filter((file) => file.text.includes('import.meta.url).href'));
+  return files.filter((file) => /(import\.meta\.url|__routeUrl)\)\.href/.test(file.text));
 }
 
 test('every module URL a command bundle computes names its module, and what it loads by that URL is there', async (t) => {
@@ -76,21 +79,24 @@ test('every module URL a command bundle computes names its module, and what it l
 });
 
 /**
- * The files of ours a route file imports: statically (`from "./x.js"`) and lazily (`import("./x.js")`),
- * and the packages it imports statically (Node's own modules aside).
+ * The files of ours a route script requires at its start (`require("./x.js")`) and imports lazily
+ * (through its loader: `__routeImport("./x.js")`), the packages it requires (Node's own modules
+ * aside), and any dynamic import left as such (which a script compiled from a code cache cannot run).
  */
-function importsOfRoute(text: string): { statics: string[]; lazies: string[]; packages: string[] } {
+function importsOfRoute(text: string): {
+  statics: string[];
+  lazies: string[];
+  packages: string[];
+  dynamicImports: number;
+} {
   const ours = (specifier: string): string[] =>
     specifier.startsWith('.') ? [resolve(ROUTE_DIR, specifier).slice(SRC.length + 1)] : [];
-  const staticSpecifiers = [...text.matchAll(/^(?:import|export) [^;]*?from "([^"]+)"/gms)].map(
-    (m) => m[1] ?? '',
-  );
+  const required = [...text.matchAll(/\brequire\("([^"]+)"\)/g)].map((m) => m[1] ?? '');
   return {
-    statics: staticSpecifiers.flatMap(ours),
-    lazies: [...text.matchAll(/\bimport\("([^"]+)"\)/g)].flatMap((m) => ours(m[1] ?? '')),
-    packages: staticSpecifiers.filter(
-      (specifier) => !specifier.startsWith('.') && !specifier.startsWith('node:'),
-    ),
+    statics: required.flatMap(ours),
+    lazies: [...text.matchAll(/\b__routeImport\("([^"]+)"\)/g)].flatMap((m) => ours(m[1] ?? '')),
+    packages: required.filter((specifier) => !specifier.startsWith('.') && !specifier.startsWith('node:')),
+    dynamicImports: [...text.matchAll(/\bimport\(/g)].length,
   };
 }
 
@@ -104,17 +110,18 @@ test("a route file holds its command's usual route: nothing else of ours is load
     return;
   }
   for (const [name, modules] of Object.entries(ROUTE_MODULES)) {
-    const { statics, lazies, packages } = importsOfRoute(
-      await readFile(join(ROUTE_DIR, `${name}.js`), 'utf8'),
+    const { statics, lazies, packages, dynamicImports } = importsOfRoute(
+      await readFile(join(ROUTE_DIR, `${name}.cjs`), 'utf8'),
     );
-    assert.deepEqual(statics, [], `${name}.js imports files of ours at its start`);
+    assert.deepEqual(statics, [], `${name}.cjs requires files of ours at its start`);
     // commander, undici and zod come only with what needs them (help, an HTTPS origin, a manifest).
-    assert.deepEqual(packages, [], `${name}.js imports packages at its start`);
+    assert.deepEqual(packages, [], `${name}.cjs requires packages at its start`);
+    assert.equal(dynamicImports, 0, `${name}.cjs has dynamic imports its loader does not see`);
     // Off the route: other definitions, commander's program, other commands, all as built.
-    assert.ok(lazies.includes('cli/program.js'), `${name}.js: ${lazies.join(', ')}`);
+    assert.ok(lazies.includes('cli/program.js'), `${name}.cjs: ${lazies.join(', ')}`);
     for (const lazy of lazies) {
-      assert.ok(!modules.includes(lazy), `${name}.js leaves ${lazy}, on its route, to another file`);
-      assert.ok(existsSync(join(SRC, lazy)), `${name}.js imports ${lazy}, which the build did not make`);
+      assert.ok(!modules.includes(lazy), `${name}.cjs leaves ${lazy}, on its route, to another file`);
+      assert.ok(existsSync(join(SRC, lazy)), `${name}.cjs imports ${lazy}, which the build did not make`);
     }
   }
 });
