@@ -5,13 +5,15 @@
  * Why: a fan-out starts an agent and a pull on every host at once, and on few cores the last host's
  * first piece waits for all of their starts. Compiling the route's functions was a large part of
  * what is ours in a start, and Node 20 keeps compiled code only for scripts, not ES modules. So the
- * route is a script compiled here with `cachedData`; a process that had no usable cache writes one
- * as it ends (`agent-start --join pull`, medians of 9: agent CPU to its first piece 85 -> 72 ms,
- * pull 61 -> 56; docs/measurements/2026-12-07-congestion-control.md).
+ * route is a script compiled here with `cachedData`. `npm run build` writes the caches
+ * (scripts/warm-route-cache.ts), and a process that had no usable cache writes one as it ends
+ * (`agent-start --join pull`, medians of 9: agent CPU to its first piece 82-86 -> 68-70 ms, pull
+ * 58-62 -> 52-53; docs/measurements/2026-12-07-code-cache.md).
  *
  * The cache file's name holds the script's size and modification time, Node's version and the
- * architecture: V8 checks its own version and flags but not the script's text, so a cache is never
- * offered to another build of the script. It sits beside the script, which the same user installed:
+ * architecture, as Python keys its compiled files by the source's size and time: V8 checks its own
+ * version and flags and the script's length, not its text (a script of the same length ran the old
+ * code from a cache in a check), so a cache is never offered to another build of the script. It sits beside the script, which the same user installed:
  * no other user can give it compiled code. Where the directory cannot be written (a read-only
  * install) nothing is written and every start compiles, as before. A cache V8 rejects (another V8,
  * other flags, a damaged file) costs nothing but the compile, and is written again.
