@@ -212,7 +212,7 @@ export class PieceStore {
     if (state.status === 'rejected' || journal.status === 'rejected' || files.status === 'rejected') {
       await Promise.allSettled([
         ...(journal.status === 'fulfilled' ? [journal.value.close()] : []),
-        ...(files.status === 'fulfilled' ? files.value.map((file) => file.handle.close()) : []),
+        ...(files.status === 'fulfilled' ? files.value.map(closeFileHandles) : []),
       ]);
       const failed = [state, journal, files].find((result) => result.status === 'rejected');
       throw failed?.status === 'rejected' ? failed.reason : new Error('the store did not open');
@@ -513,12 +513,7 @@ export class PieceStore {
     this.closed = true;
     await this.journal.close().catch(() => undefined);
     await Promise.allSettled(this.files.map((file) => file.writeback.settled()));
-    await Promise.all(
-      this.files.flatMap((file) => [
-        file.handle.close().catch(() => undefined),
-        ...(file.direct === undefined ? [] : [file.direct.close().catch(() => undefined)]),
-      ]),
-    );
+    await Promise.all(this.files.map(closeFileHandles));
   }
 
   private assertOpen(): void {
@@ -746,11 +741,20 @@ async function openFiles(map: PieceMap, options: PieceStoreOptions): Promise<Fil
   const opened = await Promise.allSettled(map.manifest.files.map((file) => openFile(file, options)));
   const failed = opened.find((result) => result.status === 'rejected');
   if (failed !== undefined) {
-    const handles = opened.flatMap((result) => (result.status === 'fulfilled' ? [result.value.handle] : []));
-    await Promise.allSettled(handles.map((handle) => handle.close()));
+    await Promise.all(
+      opened.flatMap((result) => (result.status === 'fulfilled' ? [closeFileHandles(result.value)] : [])),
+    );
     throw failed.reason;
   }
   return opened.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+}
+
+/** Closes a file's handles, the direct one too; errors are dropped (the store is being given up). */
+async function closeFileHandles(file: FileState): Promise<void> {
+  await Promise.all([
+    file.handle.close().catch(() => undefined),
+    file.direct?.close().catch(() => undefined),
+  ]);
 }
 
 async function openFile(file: ManifestFile, options: PieceStoreOptions): Promise<FileState> {

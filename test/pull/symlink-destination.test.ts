@@ -6,7 +6,7 @@
  */
 
 import assert from 'node:assert/strict';
-import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readlink, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { memoryIo } from '../../src/cli/io.js';
@@ -56,6 +56,7 @@ describe('a symbolic link inside the destination', () => {
   async function refusedThrough(label: string, link: string): Promise<void> {
     const { dest, outside } = await trap(label, link);
     const origin = new LocalOrigin(source);
+    const before = await openDescriptors();
     try {
       await assert.rejects(pull(origin, dest, { manifest }), (error: unknown) =>
         isWeightcastError(error, 'PULL_DESTINATION_SYMLINK'),
@@ -64,6 +65,18 @@ describe('a symbolic link inside the destination', () => {
       await origin.close();
     }
     assert.deepEqual(await readdir(outside), []);
+    // Nothing the refused pull opened stays open (the partial files' direct handles leaked once).
+    assert.deepEqual(await openDescriptors(), before);
+  }
+
+  /** This process's open descriptors and what they name (Linux); [] elsewhere. */
+  async function openDescriptors(): Promise<string[]> {
+    if (process.platform !== 'linux') return [];
+    const names = await readdir('/proc/self/fd');
+    const targets = await Promise.all(
+      names.map((name) => readlink(`/proc/self/fd/${name}`).catch(() => 'gone')),
+    );
+    return targets.filter((target) => target.startsWith(work.path)).sort();
   }
 
   it('a model directory that is a link: refused, nothing written through it', async () => {
