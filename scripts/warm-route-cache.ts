@@ -8,7 +8,8 @@
  * What runs: a scheduler, an agent with a cache in a temporary directory, and a pull of a 2 MiB model
  * from a local directory through that agent, then the agent stopped as Ctrl-C stops it. The cache
  * holds what those runs compiled: the agent's start, its join, its transfers and its end; the pull's.
- * Everything is bounded by START_TIMEOUT and removed after. It never fails the build: a machine
+ * Each process's start is bounded by the harness's start timeout (scripts/cluster.ts) and the pull
+ * by PULL_TIMEOUT_MS; everything is removed after. It never fails the build: a machine
  * where it cannot run (no loopback, a read-only dist) says so and builds as before.
  */
 

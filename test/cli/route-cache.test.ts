@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { test } from 'node:test';
 import { cacheFileOf, loadRoute, runRoute } from '../../src/cli/route-cache.js';
 import { tempDir } from '../helpers/fixtures.js';
@@ -30,35 +30,38 @@ async function caches(dir: string): Promise<string[]> {
   return (await readdir(dir)).filter((name) => name.endsWith('.v8cache'));
 }
 
-test('the first run writes the cache, the next uses it, and lazy imports work from cached code', async () => {
-  const dir = await tempDir('route-cache');
+/** A directory holding the route script (version 100) and its lazy module, removed after `body`. */
+async function withRoute(label: string, body: (dir: string, file: string) => Promise<void>): Promise<void> {
+  const dir = await tempDir(label);
   try {
     const file = join(dir.path, 'route.cjs');
-    await writeFile(file, script(100));
     await writeFile(join(dir.path, 'lazy.mjs'), 'export const answer = 1000;\n');
+    await writeFile(file, script(100));
+    await body(dir.path, file);
+  } finally {
+    await dir.cleanup();
+  }
+}
+
+test('the first run writes the cache, the next uses it, and lazy imports work from cached code', async () => {
+  await withRoute('route-cache', async (dir, file) => {
     const first = loadRoute(file);
     assert.equal(first.cache, 'absent');
     assert.equal(await first.main(['ab', 'cde']), 1105);
     assert.equal(first.saveCache(), true);
     assert.ok(existsSync(cacheFileOf(file)));
-    assert.deepEqual(await caches(dir.path), [cacheFileOf(file).slice(dir.path.length + 1)]);
+    assert.deepEqual(await caches(dir), [basename(cacheFileOf(file))]);
     const second = loadRoute(file);
     assert.equal(second.cache, 'used');
     assert.equal(await second.main(['abcd']), 1104);
     // Nothing is written when the cache was used.
     assert.equal(second.saveCache(), true);
     assert.equal(await runRoute(file, ['a']), 1101);
-  } finally {
-    await dir.cleanup();
-  }
+  });
 });
 
 test("another version of the script is never offered the old one's cache; the old cache goes", async () => {
-  const dir = await tempDir('route-cache-version');
-  try {
-    const file = join(dir.path, 'route.cjs');
-    await writeFile(join(dir.path, 'lazy.mjs'), 'export const answer = 1000;\n');
-    await writeFile(file, script(100));
+  await withRoute('route-cache-version', async (dir, file) => {
     const old = loadRoute(file);
     old.saveCache();
     const oldCache = cacheFileOf(file);
@@ -70,27 +73,19 @@ test("another version of the script is never offered the old one's cache; the ol
     assert.equal(changed.cache, 'absent');
     assert.equal(await changed.main([]), 1200);
     changed.saveCache();
-    assert.deepEqual(await caches(dir.path), [cacheFileOf(file).slice(dir.path.length + 1)]);
-  } finally {
-    await dir.cleanup();
-  }
+    assert.deepEqual(await caches(dir), [basename(cacheFileOf(file))]);
+  });
 });
 
 test('a damaged cache is rejected: the script compiles and runs as without one, and the cache is written again', async () => {
-  const dir = await tempDir('route-cache-damaged');
-  try {
-    const file = join(dir.path, 'route.cjs');
-    await writeFile(join(dir.path, 'lazy.mjs'), 'export const answer = 1000;\n');
-    await writeFile(file, script(100));
+  await withRoute('route-cache-damaged', async (_dir, file) => {
     await writeFile(cacheFileOf(file), Buffer.alloc(4096, 0xa5));
     const damaged = loadRoute(file);
     assert.equal(damaged.cache, 'rejected');
     assert.equal(await damaged.main(['xy']), 1102);
     assert.equal(damaged.saveCache(), true);
     assert.equal(loadRoute(file).cache, 'used');
-  } finally {
-    await dir.cleanup();
-  }
+  });
 });
 
 test('a script without a main function is an error, not a silent exit', async () => {
