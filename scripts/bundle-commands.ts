@@ -13,9 +13,9 @@
  * command's bundle still came with ~25 files around it (bin, main, io, errors, the definitions, the
  * command-line reader, the bundle's chunks, the lazy modules of its usual route). So each also gets
  * one file from `main` to the end of its usual route: dist/src/cli/route/NAME.cjs, which
- * bin/weightcast.js runs for a command line that starts with NAME (and asks for no help). It is a
+ * bin/weightcast.cjs runs for a command line that starts with NAME (and asks for no help). It is a
  * script (CommonJS), not an ES module, because Node 20 keeps V8's compiled code only for scripts:
- * bin/weightcast.js compiles it with a code cache beside it (src/cli/route-cache.ts; agent -9 to -14
+ * bin/weightcast.cjs compiles it with a code cache beside it (src/cli/route-cache.ts; agent -9 to -14
  * CPU-ms, pull -4). Its lazy imports go through `__routeImport`, which the loader gives it: Node 20
  * drops the dynamic-import callback of a script compiled from a code cache. Every
  * lazy import off that route stays a lazy import of the regular build's module (another command's
@@ -120,7 +120,7 @@ async function bundleCommands(): Promise<void> {
     });
     outputs.push(...result.outputFiles);
   }
-  outputs.push(...(await bundleRoutes()));
+  outputs.push(...(await bundleRoutes()), ...(await bundleRouteLoader()));
   for (const file of outputs) {
     await mkdir(dirname(file.path), { recursive: true });
     await writeFile(file.path, file.contents);
@@ -162,6 +162,21 @@ async function bundleRoutes(): Promise<OutputFile[]> {
     }
   }
   return outputs;
+}
+
+/**
+ * The route loader (cli/route-cache.js) as a CommonJS file too, route-cache.cjs, which
+ * bin/weightcast.cjs requires: a routed start then never sets up the ES module loader. It imports
+ * only Node's modules; its dynamic import (the route's lazy modules) stays one.
+ */
+async function bundleRouteLoader(): Promise<OutputFile[]> {
+  const result = await build({
+    entryPoints: [join(cliDir, 'route-cache.js')],
+    outfile: join(cliDir, 'route-cache.cjs'),
+    ...COMMON,
+    format: 'cjs',
+  });
+  return [...result.outputFiles];
 }
 
 /**

@@ -3,7 +3,7 @@
  * to dist/src): its definition, its command, and what the command loads on its way. For `pull`, the
  * pull through an agent (the fan-out's flow); its other routes (from the origin, `--scheduler`,
  * `--seeds`) load the regular build's modules. Read by scripts/bundle-commands.ts, which makes the
- * route files, and by test/cli/bundles.test.ts, which checks them; bin/weightcast.js names the
+ * route files, and by test/cli/bundles.test.ts, which checks them; bin/weightcast.cjs names the
  * commands that have one.
  */
 export const ROUTES: Readonly<Record<string, readonly string[]>> = {

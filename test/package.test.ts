@@ -35,8 +35,8 @@ interface PackageJson {
 const SHIPPED = [
   /^package\.json$/,
   /^README\.md$/,
-  // The `weightcast` command (a launcher) and the Node entry it starts.
-  /^bin\/weightcast(\.js)?$/,
+  // The `weightcast` command (a launcher), the Node entry it starts, and that entry as an ES module.
+  /^bin\/weightcast(\.c?js)?$/,
   /^python\/weightcast_reader\.py$/,
   // The route scripts of `agent` and `pull` are CommonJS (src/cli/route-cache.ts).
   /^dist\/src\/.+\.(js|cjs|d\.ts)$/,

@@ -4,7 +4,7 @@
  * only when the command runs. A command line of `agent` or `pull` that reads cleanly runs without
  * commander (command-spec.ts: 7-18 ms of CPU less per process); everything else, help and usage errors
  * included, goes through the commander program (program.ts). `main` returns the exit code; only
- * bin/weightcast.js exits the process.
+ * bin/weightcast.cjs exits the process.
  */
 
 import { constants as osConstants } from 'node:os';

@@ -107,7 +107,7 @@ function writeCache(file: string, cacheFile: string, data: Buffer): boolean {
   return true;
 }
 
-/** bin/weightcast.js's run of a route: the command's exit code, the cache written if it was not used. */
+/** bin/weightcast.cjs's run of a route: the command's exit code, the cache written if it was not used. */
 export async function runRoute(file: string, argv: string[]): Promise<number> {
   const route = loadRoute(file);
   const code = await route.main(argv);

@@ -101,8 +101,8 @@ function importsOfRoute(text: string): {
 }
 
 test("a route file holds its command's usual route: nothing else of ours is loaded on it", async (t) => {
-  // bin/weightcast.js routes exactly these commands.
-  const bin = await readFile(join(ROOT, 'bin', 'weightcast.js'), 'utf8');
+  // bin/weightcast.cjs routes exactly these commands.
+  const bin = await readFile(join(ROOT, 'bin', 'weightcast.cjs'), 'utf8');
   const routed = [...bin.matchAll(/argv\[0\] === '([a-z]+)'/g)].map((match) => match[1]);
   assert.deepEqual(routed.sort(), Object.keys(ROUTE_MODULES).sort());
   if (!existsSync(ROUTE_DIR)) {

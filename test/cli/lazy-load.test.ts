@@ -3,7 +3,7 @@
  * definitions in src/cli/definitions and never the implementations in src/cli/commands (the swarm,
  * the loader, the seed tier, zod, undici); `agent` and `pull` run their route file (one script from
  * the CLI's start to the end of their usual route, scripts/bundle-commands.ts, through
- * cli/route-cache.js) and load nothing else of ours until they run; a swarm agent starts without undici, zod (its wire checks are
+ * cli/route-cache.cjs) and load nothing else of ours until they run; a swarm agent starts without undici, zod (its wire checks are
  * util/schema.ts: zod cost ~0.1 CPU-s per cold start) or the seed tier.
  * Checked on the real process through a module-load hook, by what is loaded rather than by how long
  * it takes.
@@ -106,11 +106,11 @@ function assertNoImplementation(edges: readonly Edge[]): void {
 test('weightcast agent, stopped by its flags, loads its route file, then what help loads', async () => {
   // `agent` and `pull` begin with their route file (bin/weightcast.js): the agent's code is loaded
   // with it, not run; a command line it cannot read goes to commander's program and definitions.
-  // The route file is a script run by cli/route-cache.js (with V8's code cache), not a module: the
-  // hook sees its loader.
+  // The route file is a script run by cli/route-cache.cjs (with V8's code cache), neither imported
+  // nor required: the hook sees its loader.
   const edges = await importsOf(['agent']);
   const sources = edges.flatMap((edge) => sourcePath(edge.child) ?? []);
-  assert.ok(sources.includes('cli/route-cache.js'), sources.join(', '));
+  assert.ok(sources.includes('cli/route-cache.cjs'), sources.join(', '));
   assertNoImplementation(edges);
 });
 
@@ -185,8 +185,8 @@ test('a swarm agent listens without loading undici, zod or the seed tier', async
     // The build puts the agent's usual route in one file (scripts/bundle-commands.ts; its modules
     // wrapped, as `Agent = class _Agent`), a plain tsc build leaves one file per module: the checks
     // read what the loaded files define, so they hold for either.
-    // The route script, which cli/route-cache.js runs (a script is no module: the hook sees its loader).
-    const routeScript = loaded.some((url) => sourcePath(url) === 'cli/route-cache.js')
+    // The route script, which cli/route-cache.cjs runs (the hook sees its loader, not the script).
+    const routeScript = loaded.some((url) => sourcePath(url) === 'cli/route-cache.cjs')
       ? [`${SRC}cli/route/agent.cjs`]
       : [];
     const ours = await Promise.all(

@@ -8,8 +8,10 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readdir, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { cacheFileOf, loadRoute, runRoute } from '../../src/cli/route-cache.js';
 import { tempDir } from '../helpers/fixtures.js';
 
@@ -85,6 +87,24 @@ test('a damaged cache is rejected: the script compiles and runs as without one, 
     assert.equal(await damaged.main(['xy']), 1102);
     assert.equal(damaged.saveCache(), true);
     assert.equal(loadRoute(file).cache, 'used');
+  });
+});
+
+test('the CommonJS build of the loader, which bin/weightcast.cjs requires, runs a route and its lazy imports from cached code', async (t) => {
+  const bundled = fileURLToPath(new URL('../../src/cli/route-cache.cjs', import.meta.url));
+  if (!existsSync(bundled)) {
+    t.skip('no route-cache.cjs in dist (built by plain tsc)');
+    return;
+  }
+  const loader = createRequire(import.meta.url)(bundled) as {
+    runRoute: typeof runRoute;
+    loadRoute: typeof loadRoute;
+  };
+  await withRoute('route-cache-cjs', async (_dir, file) => {
+    assert.equal(await loader.runRoute(file, ['ab']), 1102);
+    const cached = loader.loadRoute(file);
+    assert.equal(cached.cache, 'used');
+    assert.equal(await cached.main(['abc']), 1103);
   });
 });
 
