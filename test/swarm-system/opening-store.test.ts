@@ -1,22 +1,26 @@
 /**
  * A fresh cache's member registers while its store is still opening (OpeningStore): the store holds
  * nothing until it is open, bytes wait for it, and a store that fails to open fails the join and
- * leaves nothing registered.
+ * leaves nothing registered. Its peer wire serves the model meanwhile: a ring child subscribes at once.
  */
 
 import assert from 'node:assert/strict';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { manifestDigest } from '../../src/manifest/manifest.js';
 import { Agent } from '../../src/swarm/agent/agent.js';
 import { OpeningStore } from '../../src/swarm/agent/member-store.js';
 import { PieceStore } from '../../src/piece/store.js';
 import { PieceMap } from '../../src/piece/piece-map.js';
+import { verifyPiece } from '../../src/piece/verify.js';
+import { newBitfield } from '../../src/swarm/core/bitfield.js';
+import { RingFeed } from '../../src/swarm/agent/ring-feed.js';
 import { startScheduler } from '../../src/swarm/scheduler/scheduler-server.js';
 import { callJson } from '../../src/swarm/wire/http-json.js';
 import { parseMessage, swarmStatusSchema } from '../../src/swarm/wire/protocol.js';
-import { tempDir } from '../helpers/fixtures.js';
+import { smallModelWithManifest, tempDir } from '../helpers/fixtures.js';
 import { fakeManifest } from '../helpers/swarm.js';
 
 describe('OpeningStore', () => {
@@ -94,6 +98,77 @@ describe('an agent joining with a fresh cache', () => {
       assert.equal(await status(), 1, 'the second join registered');
     } finally {
       await agent.close();
+      await scheduler.close();
+      await dir.cleanup();
+    }
+  });
+});
+
+describe('a ring parent whose store is still opening', () => {
+  it('takes a subscription at once and pushes each piece once it is verified', async () => {
+    const dir = await tempDir('opening-parent');
+    const scheduler = await startScheduler({ originReaders: 1 });
+    const { modelDir, manifest, hex } = await smallModelWithManifest(dir.path);
+    const map = new PieceMap(manifest);
+    let opened: () => void = () => undefined;
+    const openStarted = new Promise<void>((resolve) => (opened = resolve));
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const parent = await Agent.start({
+      schedulerUrl: scheduler.url,
+      cacheDir: join(dir.path, 'cache'),
+      port: 0,
+      resume: false,
+      name: 'slow-disk',
+      slowStoreOpen: () => {
+        opened();
+        return gate;
+      },
+    });
+    let feed: RingFeed | undefined;
+    try {
+      const joining = parent.join({ source: modelDir, manifest });
+      // The member starts (and registers) in the same turn as the store's open begins.
+      await openStarted;
+      const pieces = new Map<number, boolean>();
+      let ended: unknown = 'open';
+      let complete: () => void = () => undefined;
+      const allPushed = new Promise<void>((resolve) => (complete = resolve));
+      feed = new RingFeed({
+        url: parent.url,
+        model: hex,
+        pieceCount: map.pieceCount,
+        helloTimeoutMs: 5000,
+        held: () => newBitfield(map.pieceCount),
+        pieceLength: (piece) => map.pieceLength(piece),
+        bufferFor: (_piece, length) => Buffer.alloc(length),
+        onPiece: async (piece, bytes) => {
+          pieces.set(piece, verifyPiece(bytes, map.locate(piece)));
+          if (pieces.size === map.pieceCount) complete();
+          await Promise.resolve();
+        },
+        onEnd: (error) => (ended = error),
+      });
+      // Before, the parent turned the HELLO away (SWARM_UNKNOWN_MODEL) and the child asked again
+      // 100 ms later; now the subscription stands while the store opens.
+      await sleep(300);
+      assert.equal(ended, 'open', `the feed ended while the parent's store opened: ${String(ended)}`);
+      assert.equal(pieces.size, 0, 'pieces were pushed before the store held any');
+      release();
+      await joining;
+      await Promise.race([
+        allPushed,
+        sleep(20_000).then(() => assert.fail(`${pieces.size} of ${map.pieceCount} pieces pushed in 20 s`)),
+      ]);
+      assert.deepEqual(
+        [...pieces.entries()].filter(([, good]) => !good),
+        [],
+        'a pushed piece does not match the manifest',
+      );
+    } finally {
+      release();
+      feed?.close();
+      await parent.close();
       await scheduler.close();
       await dir.cleanup();
     }

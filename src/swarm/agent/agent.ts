@@ -118,6 +118,8 @@ export interface AgentOptions {
   limits?: Partial<ServerLimits>;
   /** Fault injection for tests: flip one byte of every piece this agent serves. */
   corruptUploads?: boolean;
+  /** Fault injection for tests: a model's store begins to open once this resolves (a slow disk). */
+  slowStoreOpen?: () => Promise<void>;
   /**
    * Read pieces from peers over the peer wire (default true; false: HTTP ranges, as before it).
    * The agent serves both either way.
@@ -235,6 +237,13 @@ interface Joined {
   localPiecesFromMemory: number;
 }
 
+/** A model whose member runs while its store opens (Agent.opening). */
+interface OpeningModel {
+  map: PieceMap;
+  member: SwarmMember;
+  store: OpeningStore;
+}
+
 /** Assumed link rate when no cap is given: only ranks parents in the scheduler. */
 const RATE_UNKNOWN = 1.25e9;
 const LOCAL_READS_MAX = 32;
@@ -273,6 +282,12 @@ export const AGENT_PARTIAL_DIR = join('.weightcast', 'agent');
 
 export class Agent {
   private readonly joined = new Map<string, Joined>();
+  /**
+   * Models whose member started while their store opens (a fresh cache: OpeningStore), until the
+   * store is open: the peer wire serves them already (servedModel), so a ring child the scheduler
+   * planned behind this host subscribes at once instead of being turned away and asking again.
+   */
+  private readonly opening = new Map<string, OpeningModel>();
   private readonly joining = new Map<string, Promise<Joined>>();
   private readonly uploadThrottle: Throttle;
   private readonly downloadThrottle: Throttle;
@@ -560,7 +575,11 @@ export class Agent {
       options.store === undefined &&
       (await PieceStore.opensEmpty(storeOptions.stateDir)) &&
       (to === undefined || !(await PieceStore.hasFinalFiles(map, to)));
-    const opening = PieceStore.open(map, storeOptions);
+    const slowDisk = this.options.slowStoreOpen;
+    const opening =
+      slowDisk === undefined
+        ? PieceStore.open(map, storeOptions)
+        : slowDisk().then(() => PieceStore.open(map, storeOptions));
     // A member started early (below) may have things to say before the join is done (the scheduler
     // refused it at once): they are said after 'joined', and not at all if the join fails.
     let pending: MemberEvent[] | undefined = [];
@@ -593,10 +612,16 @@ export class Agent {
           else pending.push(event);
         },
       });
-    const early = fresh ? memberFor(new OpeningStore(opening)) : undefined;
-    early?.start();
-    if (early !== undefined) startRootsCheck();
-    const [opened, written] = await Promise.allSettled([opening, jobFiles]);
+    const earlyStore = fresh ? new OpeningStore(opening) : undefined;
+    const early = earlyStore === undefined ? undefined : memberFor(earlyStore);
+    if (early !== undefined && earlyStore !== undefined) {
+      this.opening.set(hex, { map, member: early, store: earlyStore });
+      early.start();
+      startRootsCheck();
+    }
+    const [opened, written] = await Promise.allSettled([opening, jobFiles]).finally(() =>
+      this.opening.delete(hex),
+    );
     if (opened.status === 'rejected' || written.status === 'rejected') {
       await Promise.allSettled([
         early?.close(),
@@ -1046,11 +1071,17 @@ export class Agent {
     }
   }
 
-  /** A joined model as the peer wire serves it: verified pieces only. */
+  /**
+   * A joined model as the peer wire serves it: verified pieces only. One whose store is still
+   * opening (Agent.opening) is served too: it holds nothing yet, but a ring child can subscribe, and
+   * is pushed each piece as it is verified once the store is open.
+   */
   private servedModel(hex: string): ServedModel | undefined {
-    const entry = this.joined.get(hex);
-    if (entry === undefined) return undefined;
-    const { map, store } = entry;
+    const source = this.joined.get(hex) ?? this.opening.get(hex);
+    if (source === undefined) return undefined;
+    const { map, member, store } = source;
+    /** The joined entry: a piece is held only once the store is open, so it exists when one is read. */
+    const joined = (): Joined => this.model(hex);
     return {
       pieceCount: map.pieceCount,
       pieceSize: map.pieceSize,
@@ -1063,18 +1094,20 @@ export class Agent {
       },
       read: async (piece, offset, target) => {
         const where = map.locate(piece);
+        const entry = joined();
         entry.uploadsFromDisk++;
-        await store.readFileRange(where.fileIndex, where.offset + offset, target);
+        await entry.store.readFileRange(where.fileIndex, where.offset + offset, target);
       },
       borrow: (piece, offset, length) => {
-        const borrowed = entry.member.recentPieces.borrow(piece, offset, length);
-        if (borrowed !== undefined) entry.uploadsFromMemory++;
+        const borrowed = member.recentPieces.borrow(piece, offset, length);
+        const entry = this.joined.get(hex);
+        if (borrowed !== undefined && entry !== undefined) entry.uploadsFromMemory++;
         return borrowed;
       },
       ring: {
-        heldBitfield: () => entry.member.heldBitfield(),
-        watchVerified: (listener) => entry.member.watchVerified(listener),
-        watchArriving: (listener) => entry.member.watchArriving(listener),
+        heldBitfield: () => member.heldBitfield(),
+        watchVerified: (listener) => member.watchVerified(listener),
+        watchArriving: (listener) => member.watchArriving(listener),
         pieceLength: (piece) => map.pieceLength(piece),
       },
     };

@@ -480,8 +480,9 @@ export class SwarmMember {
         this.ringFeed = undefined;
         this.ringEndedAt = performance.now();
         if (error === undefined || this.controller.signal.aborted) return;
-        // A parent that registered a moment ago may still be opening the model (its member starts
-        // before its store is open): asked again shortly, a few times, before the link is given up.
+        // A parent that does not serve the model yet (one whose store is still opening serves it
+        // already: Agent.opening; an agent that was restarted and is resuming it does not): asked
+        // again shortly, a few times, before the link is given up.
         if (isWeightcastError(error, 'SWARM_UNKNOWN_MODEL') && this.ringRefusals < RING_REFUSALS_MAX) {
           this.ringRefusals++;
           this.resubscribeSoon(url);
