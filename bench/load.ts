@@ -13,7 +13,7 @@
  *   - a one-file-at-a-time serial loader (readFile each file, then parse it);
  *   - torch.load of the same weights saved with torch.save, and the Python reader
  *     (bench/torch-baseline.ts; skipped with the reason when /usr/bin/python3 has no torch).
- * Every loader runs in a child process, so its peak RSS (maxRSS) is its own.
+ * Every loader runs in a child process, so its peak RSS (VmHWM, src/util/peak-rss.ts) is its own.
  * Then slice-aware fetch (src/loader/slice): bytes fetched per rank against the rank's slice plus
  * replicated bytes, for TP 2, 4 and 8 on small synthetic llama and deepseek-v3 checkpoints, with a
  * plan manifest (goal <= 1.02 x) and with only the model manifest (whole pieces); and lazy loading
@@ -44,6 +44,7 @@ import { synthesizeModel } from '../src/synth/synth.js';
 import { Cluster, type AgentStatus } from '../scripts/cluster.js';
 import { BenchUsageError, flagNumber, readBenchArgs } from './bench-args.js';
 import { torchBaselineRows, type Row as TorchRow } from './torch-baseline.js';
+import { peakRssBytes } from '../src/util/peak-rss.js';
 
 /** Parts of large tensors the in-memory and library shm rows ask for (`partBytes`). */
 const PART_BYTES = 16 * 1024 * 1024;
@@ -100,9 +101,7 @@ async function childMain(kind: string, dir: string, memoryMb: number, manifestPa
     }
   }
   const seconds = (performance.now() - started) / 1000;
-  process.stdout.write(
-    JSON.stringify({ seconds, bytes, checksum, peakRssBytes: process.resourceUsage().maxRSS * 1024 }) + '\n',
-  );
+  process.stdout.write(JSON.stringify({ seconds, bytes, checksum, peakRssBytes: peakRssBytes() }) + '\n');
 }
 
 /**

@@ -70,7 +70,20 @@ def _status_bytes() -> Dict[str, int]:
 
 
 def _peak_rss_bytes() -> int:
-    # Linux reports ru_maxrss in KiB.
+    """This program's peak resident memory: VmHWM, whose count starts at exec.
+
+    ru_maxrss survives exec, and a child starts as a copy of its parent: started by a benchmark
+    holding a large buffer, it reported the benchmark's size. It is the fallback where there is no
+    /proc (and Linux reports it in KiB).
+    """
+    try:
+        with open("/proc/self/status", "r", encoding="ascii", errors="replace") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key == "VmHWM":
+                    return int(value.split()[0]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

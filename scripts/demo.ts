@@ -17,6 +17,7 @@ import { LocalOrigin } from '../src/origin/local.js';
 import { pull } from '../src/pull/pull.js';
 import { synthesizeModel } from '../src/synth/synth.js';
 import { formatBytes, formatRate, formatSeconds } from '../src/util/units.js';
+import { peakRssBytes } from '../src/util/peak-rss.js';
 
 const SIZE_BYTES = 1024 * 1024 * 1024;
 
@@ -120,7 +121,7 @@ async function main(): Promise<number> {
       `\nmodel ${result.manifestDigest}\n` +
         `${ok ? 'verified' : 'NOT verified'}: ${manifest.files.length} files, ${formatBytes(result.bytesTotal)}; ` +
         `origin served ${formatBytes(server.stats.bytesSent)} in ${server.stats.requests} requests; ` +
-        `peak RSS ${formatBytes(process.resourceUsage().maxRSS * 1024)}`,
+        `peak RSS ${formatBytes(peakRssBytes())}`,
     );
     return ok ? 0 : 1;
   } finally {

@@ -22,6 +22,7 @@ import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
 import { openSource } from './shared.js';
 import { serviceUrlFlag } from './service-url.js';
+import { peakRssBytes } from '../../util/peak-rss.js';
 
 const MiB = 1024 * 1024;
 
@@ -100,8 +101,7 @@ export async function loadCommand(src: string, flags: LoadFlags, io: CliIo): Pro
       event: 'done',
       ...result,
       mibPerSecond: result.seconds > 0 ? result.bytes / MiB / result.seconds : null,
-      // maxRSS is in kilobytes: the peak resident memory of this process so far.
-      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+      peakRssBytes: peakRssBytes(),
     };
     if (json) io.stdout(JSON.stringify(summary) + '\n');
     else io.stdout(renderModelSummary(summary));
@@ -265,7 +265,7 @@ async function loadRankCommand(src: string, flags: LoadFlags, io: CliIo): Promis
     const summary = {
       event: 'done',
       ...result,
-      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+      peakRssBytes: peakRssBytes(),
     };
     if (json) io.stdout(JSON.stringify(summary) + '\n');
     else io.stdout(renderRankSummary(summary));

@@ -16,6 +16,7 @@ import { preshard, type PreshardOptions, type PreshardResult } from '../../loade
 import { formatBytes, formatSeconds, parsePositiveInt } from '../../util/units.js';
 import { reportError, type CliIo } from '../io.js';
 import { createProgress } from '../progress.js';
+import { peakRssBytes } from '../../util/peak-rss.js';
 
 const MiB = 1024 * 1024;
 
@@ -60,10 +61,10 @@ export async function preshardCommand(src: string, flags: PreshardFlags, io: Cli
       onProgress: (done, total) => progress.update(done, total),
     });
     progress.finish();
-    // maxRSS is in kilobytes: the peak resident memory of this process so far.
-    const peakRssBytes = process.resourceUsage().maxRSS * 1024;
-    if (json) io.stdout(JSON.stringify({ event: 'done', ...summaryOf(result), peakRssBytes }) + '\n');
-    else io.stdout(describe(result, peakRssBytes));
+    const peakRss = peakRssBytes();
+    if (json)
+      io.stdout(JSON.stringify({ event: 'done', ...summaryOf(result), peakRssBytes: peakRss }) + '\n');
+    else io.stdout(describe(result, peakRss));
     return 0;
   } catch (error) {
     progress.finish();

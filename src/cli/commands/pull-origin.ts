@@ -18,6 +18,7 @@ import { createProgress, type Progress } from '../progress.js';
 import type { PullFlags } from './pull.js';
 import type { ServiceAccess } from '../../auth/transport.js';
 import { openSource } from './shared.js';
+import { peakRssBytes } from '../../util/peak-rss.js';
 
 const SEED_READS_MAX = 64;
 
@@ -96,8 +97,7 @@ export async function pullCommand(src: string, flags: PullFlags, io: CliIo): Pro
         piecesRejected: result.piecesRejected,
         seconds,
         bytesPerSecond: seconds > 0 ? Math.round(result.bytesFetched / seconds) : null,
-        // maxRSS is in kilobytes: the peak resident memory of this process so far.
-        peakRssBytes: process.resourceUsage().maxRSS * 1024,
+        peakRssBytes: peakRssBytes(),
         to: flags.to,
       };
       if (json) io.stdout(JSON.stringify(summary) + '\n');
