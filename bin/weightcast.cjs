@@ -10,7 +10,7 @@
 //
 // This file is CommonJS so that a routed start never sets up Node's ES module loader: an ES entry
 // that imports `node:fs` builds the module's whole namespace, loading Node's streams with it, and
-// the loader's resolving and linking come on top (~9 CPU-ms a process on the benchmark machine,
+// the loader's resolving and linking come on top (a pull 4-5 CPU-ms more, an agent 3-4:
 // docs/measurements/2026-12-08-cjs-entry.md). bin/weightcast.js, for `node bin/weightcast.js`, runs it.
 'use strict';
 
