@@ -346,6 +346,19 @@ test('ring mode as a chain: the head reads every piece from the origin once and 
   assert.ok(result.originRatio <= 1.001, `seed ${seed}: origin sent ${result.originRatio} x S`);
 });
 
+test('a chain with one origin reader: its head takes every first copy, one after another, with no turns to wait for', () => {
+  const seed = 45;
+  const pieceBytes = 512 * 1024;
+  // The head once waited for the other hosts' turns at the origin, which fed chain members never
+  // take: the chain stopped after its first piece.
+  const result = simulate(
+    eightHosts128MiB(seed, pieceBytes, { ringPush: true, ringChain: true, originReaders: 1 }),
+  );
+  assert.equal(result.incomplete, false, `seed ${seed}`);
+  assert.equal(result.transfers, (128 * MiB) / pieceBytes, `seed ${seed}`);
+  assert.ok(result.efficiency >= 0.95, `seed ${seed}: ${result.efficiency}`);
+});
+
 test('weightcast sim --ring-chain alone runs ring mode as chains', async () => {
   const io = memoryIo();
   const code = await runCli(

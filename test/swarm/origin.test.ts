@@ -78,3 +78,19 @@ test('turns: a host waits for about half of the others before its next origin tr
   origin.join(5);
   assert.ok(origin.hasTurn(5, 24, 1), 'a host that rejoins has its turn at once');
 });
+
+test("turns: a host allowed every reader (a chain's head) never waits for others' turns", () => {
+  // A chain with one reader: the head may take it (per-host cap 1 = readers), and nobody else takes
+  // first copies, so waiting for (8 - 1) / 2 other origin transfers would wait for ever.
+  const chain = new OriginPolicy(100, 1, 1);
+  chain.ensureHosts(8);
+  chain.start(0, 0);
+  chain.finish(0, 0, false);
+  assert.ok(chain.hasTurn(0, 8, 1));
+  // Without that cap (per piece, one reader for eight hosts), turns still apply.
+  const perPiece = new OriginPolicy(100, 1, undefined);
+  perPiece.ensureHosts(8);
+  perPiece.start(0, 0);
+  perPiece.finish(0, 0, false);
+  assert.equal(perPiece.hasTurn(0, 8, 1), false);
+});

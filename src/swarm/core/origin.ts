@@ -77,6 +77,10 @@ export class OriginPolicy {
   hasTurn(host: number, hostsDownloading: number, perHostMax: number): boolean {
     const last = this.lastStarted[host]!;
     if (last < 0 || perHostMax > 1) return true;
+    // A host that may take every reader (a chain's head, which takes every first copy) takes no
+    // turns: no other host takes first copies, so with one reader it would wait for ever for the
+    // others' turns (a chain with `--origin-readers 1` stopped after its first piece).
+    if (this.perHostOverride !== undefined && this.perHostOverride >= this.readersMax) return true;
     return this.started - 1 - last >= (hostsDownloading - this.readersMax) / 2;
   }
 
