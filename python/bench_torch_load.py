@@ -49,14 +49,8 @@ PAGE_BYTES = mmap.PAGESIZE
 # Measurements, each run in a child process.
 
 
-def _status_bytes() -> Dict[str, int]:
-    """Current resident memory by kind, from /proc/self/status (Linux); empty elsewhere."""
-    wanted = {
-        "VmRSS": "rss_bytes",
-        "RssAnon": "rss_anon_bytes",
-        "RssFile": "rss_file_bytes",
-        "RssShmem": "rss_shmem_bytes",
-    }
+def _read_status(wanted: Dict[str, str]) -> Dict[str, int]:
+    """The /proc/self/status fields named in `wanted` (kB values), in bytes under their new names."""
     found: Dict[str, int] = {}
     try:
         with open("/proc/self/status", "r", encoding="ascii", errors="replace") as status:
@@ -69,6 +63,18 @@ def _status_bytes() -> Dict[str, int]:
     return found
 
 
+def _status_bytes() -> Dict[str, int]:
+    """Current resident memory by kind, from /proc/self/status (Linux); empty elsewhere."""
+    return _read_status(
+        {
+            "VmRSS": "rss_bytes",
+            "RssAnon": "rss_anon_bytes",
+            "RssFile": "rss_file_bytes",
+            "RssShmem": "rss_shmem_bytes",
+        }
+    )
+
+
 def _peak_rss_bytes() -> int:
     """This program's peak resident memory: VmHWM, whose count starts at exec.
 
@@ -76,15 +82,8 @@ def _peak_rss_bytes() -> int:
     holding a large buffer, it reported the benchmark's size. It is the fallback where there is no
     /proc (and Linux reports it in KiB).
     """
-    try:
-        with open("/proc/self/status", "r", encoding="ascii", errors="replace") as status:
-            for line in status:
-                key, _, value = line.partition(":")
-                if key == "VmHWM":
-                    return int(value.split()[0]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _read_status({"VmHWM": "peak"}).get("peak")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _plain(value: Any) -> Any:
